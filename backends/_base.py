@@ -1,0 +1,121 @@
+"""The backend protocol (version 1): what the conformance suite calls.
+
+Axis legend: B batch, L_q / L_k query / key lengths, h heads, d_model query width,
+k_dim / v_dim key / value widths, d_k / d_v per-head widths, d_out output width.
+
+A backend is an object with the attributes and methods of :class:`Backend`. Subclassing is
+optional: the suite only uses the attributes below. Arrays passed to the four operations are the
+backend's own (made by :meth:`Backend.asarray`); results go back through :meth:`Backend.to_numpy`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple
+
+import numpy as np
+
+PROTOCOL_VERSION = 1
+
+#: Capability groups a backend may claim. What it does not claim is reported "not implemented".
+CAPABILITIES = frozenset({
+    "heads",        # split_heads / combine_heads (HEAD)
+    "sdpa",         # scaled_dot_product_attention (SDPA)
+    "weights",      # operations return attention weights (SHAPE-2, SDPA-4)
+    "mha",          # multi_head_attention (MHA, PARAM)
+    "masks",        # boolean mask, bias, key padding (MASK-1, 2, 5, 8, 10, 11, 12)
+    "legacy_mask",  # the source's float mask (MASK-3)
+    "causal",       # causal with explicit alignment (MASK-6, 7)
+    "cross",        # cross-attention widths (MHA-4)
+    "errors",       # rejects invalid input with ValueError (ERR)
+})
+
+ALL_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+class MHAParams(NamedTuple):
+    """Projection parameters, math layout ``y = x @ W + b`` (PARAM-1); biases may be None.
+
+    w_q (d_model, h*d_k), w_k (k_dim, h*d_k), w_v (v_dim, h*d_v), w_o (h*d_v, d_out).
+    """
+
+    w_q: Any
+    w_k: Any
+    w_v: Any
+    w_o: Any
+    b_q: Any = None
+    b_k: Any = None
+    b_v: Any = None
+    b_o: Any = None
+
+
+class Backend:
+    """Base class of a backend. Override the marked members.
+
+    Attributes:
+        name: unique, readable id used in test ids and certificates (``"numpy-batched"``).
+        framework: the framework's distribution name (``"numpy"``, ``"torch"``).
+        capabilities: subset of :data:`CAPABILITIES` this backend claims.
+        deviations: clause id -> one-line reason, for clauses it knowingly does not follow.
+            The suite checks that a declared deviation really deviates.
+    """
+
+    protocol_version = PROTOCOL_VERSION
+    name: str = "unnamed"
+    framework: str = "unknown"
+    capabilities: frozenset[str] = CAPABILITIES
+    deviations: Mapping[str, str] = {}
+
+    # -- description -------------------------------------------------------------------------
+    def framework_version(self) -> str:
+        """Version of the framework that computes (override)."""
+        raise NotImplementedError
+
+    def devices(self) -> dict[str, str | None]:
+        """Device name -> None when usable, or the reason it is not (e.g. no CUDA device)."""
+        return {"cpu": None}
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        """Dtype names supported on ``device``; float64 and float32 are required (NUM-1)."""
+        return ("float64", "float32")
+
+    def precision_flags(self, device: str) -> dict[str, Any]:
+        """Flags that affect float32 accuracy (e.g. TF32 state) for the certificate."""
+        return {}
+
+    # -- arrays --------------------------------------------------------------------------------
+    def asarray(self, x: np.ndarray, *, dtype: str, device: str = "cpu"):
+        """A NumPy array as this backend's array of ``dtype`` on ``device`` (override)."""
+        raise NotImplementedError
+
+    def to_numpy(self, x) -> np.ndarray:
+        """This backend's array as NumPy (bfloat16 as float32) (override)."""
+        raise NotImplementedError
+
+    def device_of(self, x) -> str:
+        """The device an array lives on (checked so a GPU run is really on the GPU)."""
+        return "cpu"
+
+    # -- operations (override those the capabilities claim) -------------------------------------
+    def split_heads(self, x, num_heads: int):
+        """(B, L, h*d) -> (B, h, L, d) (HEAD-1)."""
+        raise NotImplementedError
+
+    def combine_heads(self, x):
+        """(B, h, L, d) -> (B, L, h*d) (HEAD-2)."""
+        raise NotImplementedError
+
+    def scaled_dot_product_attention(self, q, k, v, *, mask=None, bias=None, legacy_mask=None,
+                                     key_padding_mask=None, causal=None, scale=None):
+        """q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
+        -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k) or None)."""
+        raise NotImplementedError
+
+    def multi_head_attention(self, query, key, value, params: MHAParams, *, num_heads: int,
+                             mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
+                             causal=None, scale=None):
+        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)
+        -> (output (B, L_q, d_out), weights (B, h, L_q, L_k) or None)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<mhaspec backend {self.name}>"

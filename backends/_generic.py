@@ -1,0 +1,245 @@
+"""Multi-head attention written once, over a dozen array primitives each framework provides.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_model query width, k_dim / v_dim key / value
+widths, d_k / d_v per-head widths, d_out output width.
+
+:class:`ArrayBackend` validates (``_validate``), builds the boolean "allowed" mask, and runs one of
+two algorithms chosen by ``variant``:
+
+* ``"perhead"``: the definition (MHA-1), head by head: slice the column block of each projection,
+  attend, concatenate. ``split_heads``/``combine_heads`` slice and concatenate.
+* ``"batched"``: the optimisation (MHA-2): one GEMM per projection over ``B*L`` rows, reshape into
+  heads, one batched attention over ``(B, h)``, reshape back, one output GEMM.
+
+A framework subclass supplies the primitives (``_matmul`` ... ``_constant``) and conversions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _validate
+from ._base import Backend, MHAParams
+from ._validate import Arg
+
+LEGACY_MASK_VALUE = -1e9
+VARIANTS = ("perhead", "batched")
+
+
+class ArrayBackend(Backend):
+    """A backend built from array primitives; ``variant`` selects the algorithm."""
+
+    def __init__(self, variant: str):
+        if variant not in VARIANTS:
+            raise ValueError(f"argument 'variant' must be one of {VARIANTS}, got {variant!r}")
+        self.variant = variant
+        self.name = f"{self.framework_label}-{variant}"
+
+    framework_label = "array"
+
+    # -- primitives a framework supplies -------------------------------------------------------
+    def _shape(self, x) -> tuple[int, ...]:
+        return tuple(int(n) for n in x.shape)
+
+    def _dtype_name(self, x) -> str:
+        raise NotImplementedError
+
+    def _matmul(self, a, b):
+        raise NotImplementedError
+
+    def _transpose(self, x, axes):
+        raise NotImplementedError
+
+    def _reshape(self, x, shape):
+        raise NotImplementedError
+
+    def _exp(self, x):
+        raise NotImplementedError
+
+    def _max_last(self, x):
+        """Max over the last axis, keeping it."""
+        raise NotImplementedError
+
+    def _sum_last(self, x):
+        """Sum over the last axis, keeping it."""
+        raise NotImplementedError
+
+    def _where(self, cond, a, b: float):
+        """Elementwise ``cond ? a : b`` with a Python float ``b``, in ``a``'s dtype."""
+        raise NotImplementedError
+
+    def _isfinite(self, x):
+        raise NotImplementedError
+
+    def _concat(self, xs, axis: int):
+        raise NotImplementedError
+
+    def _stack(self, xs, axis: int):
+        raise NotImplementedError
+
+    def _constant(self, array: np.ndarray, like):
+        """A NumPy constant (a causal mask) as an array on ``like``'s device."""
+        raise NotImplementedError
+
+    # -- the four operations ---------------------------------------------------------------------
+    def _arg(self, name, x) -> Arg | None:
+        return None if x is None else Arg(name, self._shape(x), self._dtype_name(x))
+
+    def split_heads(self, x, num_heads: int):
+        _validate.check_heads("split_heads", self._arg("x", x), num_heads)
+        if self.variant == "batched":
+            b, length, width = self._shape(x)
+            return self._transpose(self._reshape(x, (b, length, num_heads, width // num_heads)),
+                                   (0, 2, 1, 3))
+        d = self._shape(x)[2] // num_heads
+        return self._stack([x[..., i * d:(i + 1) * d] for i in range(num_heads)], axis=1)
+
+    def combine_heads(self, x):
+        _validate.check_heads("combine_heads", self._arg("x", x))
+        return self._combine(x)
+
+    def _combine(self, x):
+        if self.variant == "batched":
+            b, h, length, d = self._shape(x)
+            return self._reshape(self._transpose(x, (0, 2, 1, 3)), (b, length, h * d))
+        return self._concat([x[:, i] for i in range(self._shape(x)[1])], axis=-1)
+
+    def scaled_dot_product_attention(self, q, k, v, *, mask=None, bias=None, legacy_mask=None,
+                                     key_padding_mask=None, causal=None, scale=None):
+        dims = _validate.check_sdpa(
+            self._arg("q", q), self._arg("k", k), self._arg("v", v), mask=self._arg("mask", mask),
+            bias=self._arg("bias", bias), legacy_mask=self._arg("legacy_mask", legacy_mask),
+            key_padding_mask=self._arg("key_padding_mask", key_padding_mask), causal=causal,
+            scale=scale)
+        scale = 1.0 / float(np.sqrt(dims.d_k)) if scale is None else float(scale)
+        return self._sdpa(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale)
+
+    def multi_head_attention(self, query, key, value, params: MHAParams, *, num_heads: int,
+                             mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
+                             causal=None, scale=None):
+        params = MHAParams(*params)
+        dims = _validate.check_mha(
+            self._arg("query", query), self._arg("key", key), self._arg("value", value),
+            {n: self._arg(n, p) for n, p in params._asdict().items()}, num_heads=num_heads,
+            mask=self._arg("mask", mask), bias=self._arg("bias", bias),
+            legacy_mask=self._arg("legacy_mask", legacy_mask),
+            key_padding_mask=self._arg("key_padding_mask", key_padding_mask), causal=causal,
+            scale=scale)
+        scale = 1.0 / float(np.sqrt(dims.d_k)) if scale is None else float(scale)
+        return self._mha(query, key, value, params, num_heads, mask, bias, legacy_mask,
+                         key_padding_mask, causal, scale)
+
+    # -- the algorithms (unvalidated; compiled variants wrap these) -----------------------------
+    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+        """q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v) -> (out, weights)."""
+        allowed = self._allowed(q, k, mask, key_padding_mask, causal)
+        additive = self._additive(bias, legacy_mask)
+        if self.variant == "batched":
+            return self._attend(q, k, v, allowed, additive, scale)
+        allowed = _as_rank4(self, allowed)
+        additive = [_as_rank4(self, t) for t in additive]
+        outs, weights = [], []
+        for i in range(self._shape(q)[1]):
+            o, w = self._attend(q[:, i], k[:, i], v[:, i], _head(allowed, i),
+                                [_head(t, i) for t in additive], scale)
+            outs.append(o)
+            weights.append(w)
+        return self._stack(outs, axis=1), self._stack(weights, axis=1)
+
+    def _mha(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
+             key_padding_mask, causal, scale):
+        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (out, weights)."""
+        if self.variant == "batched":
+            q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
+            k = self._split(self._linear(key, p.w_k, p.b_k), num_heads)
+            v = self._split(self._linear(value, p.w_v, p.b_v), num_heads)
+            out, weights = self._sdpa(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale)
+            return self._linear(self._combine(out), p.w_o, p.b_o), weights
+        d_k = self._shape(p.w_q)[1] // num_heads
+        d_v = self._shape(p.w_v)[1] // num_heads
+        heads, weights = [], []
+        allowed = _as_rank4(self, self._allowed_mha(query, key, mask, key_padding_mask, causal))
+        additive = [_as_rank4(self, t) for t in self._additive(bias, legacy_mask)]
+        for i in range(num_heads):
+            qk, vv = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
+            q_i = self._linear(query, p.w_q[:, qk], None if p.b_q is None else p.b_q[qk])
+            k_i = self._linear(key, p.w_k[:, qk], None if p.b_k is None else p.b_k[qk])
+            v_i = self._linear(value, p.w_v[:, vv], None if p.b_v is None else p.b_v[vv])
+            o, w = self._attend(q_i, k_i, v_i, _head(allowed, i), [_head(t, i) for t in additive],
+                                scale)
+            heads.append(o)
+            weights.append(w)
+        return self._linear(self._concat(heads, axis=-1), p.w_o, p.b_o), self._stack(weights, axis=1)
+
+    def _split(self, x, num_heads):
+        b, length, width = self._shape(x)
+        return self._transpose(self._reshape(x, (b, length, num_heads, width // num_heads)),
+                               (0, 2, 1, 3))
+
+    def _linear(self, x, w, b):
+        """x (..., in) @ w (in, out) + b (out,); the batched variant runs one 2-D GEMM."""
+        if self.variant == "batched":
+            lead = self._shape(x)[:-1]
+            y = self._reshape(self._matmul(self._reshape(x, (-1, self._shape(x)[-1])), w),
+                              (*lead, self._shape(w)[1]))
+        else:
+            y = self._matmul(x, w)
+        return y if b is None else y + b
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        """Attention over the last two axes; any leading axes. allowed is boolean or None."""
+        logits = self._matmul(q, self._transpose(k, (*range(len(self._shape(k)) - 2), -1, -2)))
+        logits = logits * scale
+        for term in additive:
+            logits = logits + term
+        if allowed is not None:
+            logits = self._where(allowed, logits, -np.inf)
+        row_max = self._max_last(logits)
+        row_max = self._where(self._isfinite(row_max), row_max, 0.0)
+        e = self._exp(logits - row_max)
+        total = self._sum_last(e)
+        weights = e / self._where(total != 0, total, 1.0)
+        return self._matmul(weights, v), weights
+
+    def _additive(self, bias, legacy_mask):
+        terms = [] if bias is None else [bias]
+        if legacy_mask is not None:
+            terms.append(legacy_mask * LEGACY_MASK_VALUE)
+        return terms
+
+    def _allowed(self, q, k, mask, key_padding_mask, causal):
+        """Boolean broadcastable to (B, h, L_q, L_k), or None when nothing is masked."""
+        return self._combine_masks(self._shape(q)[2], self._shape(k)[2], q, mask, key_padding_mask,
+                                   causal)
+
+    def _allowed_mha(self, query, key, mask, key_padding_mask, causal):
+        return self._combine_masks(self._shape(query)[1], self._shape(key)[1], query, mask,
+                                   key_padding_mask, causal)
+
+    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
+        allowed = mask
+        if key_padding_mask is not None:
+            b = self._shape(key_padding_mask)[0]
+            kpm = self._reshape(key_padding_mask, (b, 1, 1, len_k))
+            allowed = kpm if allowed is None else allowed & kpm
+        if causal is not None:
+            offset = 0 if causal == "top_left" else len_k - len_q
+            tri = np.arange(len_k)[None, :] <= np.arange(len_q)[:, None] + offset
+            tri = self._constant(tri, like)
+            allowed = tri if allowed is None else allowed & tri
+        return allowed
+
+
+def _as_rank4(backend: ArrayBackend, m):
+    """Left-pad a mask/bias broadcastable to (B, h, L_q, L_k) to rank 4."""
+    if m is None:
+        return None
+    shape = backend._shape(m)
+    return backend._reshape(m, (1,) * (4 - len(shape)) + shape) if len(shape) < 4 else m
+
+
+def _head(m, i: int):
+    """Head ``i``'s part of a rank-4 mask/bias: (B|1, h|1, L_q|1, L_k|1) -> (B|1, L_q|1, L_k|1)."""
+    if m is None:
+        return None
+    return m[:, i] if m.shape[1] > 1 else m[:, 0]

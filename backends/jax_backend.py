@@ -1,0 +1,126 @@
+"""The JAX backend: per-head, batched and jit-compiled variants; matmuls at ``precision="highest"``.
+
+Dtypes: float64 (x64 is enabled when this backend is loaded), float32, float16, bfloat16.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ._generic import ArrayBackend
+
+
+@functools.cache
+def _jax():
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def _jnp():
+    return _jax().numpy
+
+
+class JaxBackend(ArrayBackend):
+    """Multi-head attention in JAX (algorithms in :mod:`mhaspec.backends._generic`)."""
+
+    framework = "jax"
+    framework_label = "jax"
+
+    def framework_version(self) -> str:
+        return _jax().__version__
+
+    def devices(self) -> dict[str, str | None]:
+        platforms = {d.platform for d in _jax().devices()}
+        return {"cpu": None,
+                "cuda": None if "gpu" in platforms or "cuda" in platforms
+                else "no GPU device visible to jax"}
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        return ("float64", "float32", "float16", "bfloat16")
+
+    def precision_flags(self, device: str) -> dict:
+        return {"jax matmul precision": "highest", "jax_enable_x64": True}
+
+    def _device(self, device: str):
+        jax = _jax()
+        return jax.devices("cpu")[0] if device == "cpu" else jax.devices("gpu")[0]
+
+    def asarray(self, x, *, dtype: str, device: str = "cpu"):
+        return _jax().device_put(_jnp().asarray(np.asarray(x), dtype=dtype), self._device(device))
+
+    def to_numpy(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
+
+    def device_of(self, x) -> str:
+        platform = next(iter(x.devices())).platform
+        return "cuda" if platform in ("gpu", "cuda") else platform
+
+    def _dtype_name(self, x) -> str:
+        return str(x.dtype)
+
+    def _matmul(self, a, b):
+        return _jnp().matmul(a, b, precision=_jax().lax.Precision.HIGHEST)
+
+    def _transpose(self, x, axes):
+        return _jnp().transpose(x, axes)
+
+    def _reshape(self, x, shape):
+        return _jnp().reshape(x, shape)
+
+    def _exp(self, x):
+        return _jnp().exp(x)
+
+    def _max_last(self, x):
+        return _jnp().max(x, axis=-1, keepdims=True)
+
+    def _sum_last(self, x):
+        return _jnp().sum(x, axis=-1, keepdims=True)
+
+    def _where(self, cond, a, b: float):
+        return _jnp().where(cond, a, _jnp().asarray(b, dtype=a.dtype))
+
+    def _isfinite(self, x):
+        return _jnp().isfinite(x)
+
+    def _concat(self, xs, axis: int):
+        return _jnp().concatenate(xs, axis=axis)
+
+    def _stack(self, xs, axis: int):
+        return _jnp().stack(xs, axis=axis)
+
+    def _constant(self, array: np.ndarray, like):
+        return _jnp().asarray(array)
+
+
+class JitJaxBackend(JaxBackend):
+    """The batched algorithm compiled with ``jax.jit`` (one compilation per shape and mask set)."""
+
+    def __init__(self):
+        super().__init__("batched")
+        self.name = "jax-jit"
+        self.variant = "jit"
+        self._sdpa_jit = None
+        self._mha_jit = None
+
+    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+        if self._sdpa_jit is None:
+            self._sdpa_jit = _jax().jit(super()._sdpa, static_argnums=(7, 8))
+        return self._sdpa_jit(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale)
+
+    def _mha(self, query, key, value, p, num_heads, mask, bias, legacy_mask, key_padding_mask,
+             causal, scale):
+        if self._mha_jit is None:
+            self._mha_jit = _jax().jit(super()._mha, static_argnums=(4, 9, 10))
+        return self._mha_jit(query, key, value, p, num_heads, mask, bias, legacy_mask,
+                             key_padding_mask, causal, scale)
+
+
+
+PER_HEAD = JaxBackend("perhead")
+BATCHED = JaxBackend("batched")
+JIT = JitJaxBackend()

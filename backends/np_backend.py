@@ -1,0 +1,66 @@
+"""The NumPy backend: per-head and batched variants, CPU, float64 / float32 / float16."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._generic import ArrayBackend
+
+
+class NumpyBackend(ArrayBackend):
+    """Multi-head attention in NumPy (see :mod:`mhaspec.backends._generic` for the algorithms)."""
+
+    framework = "numpy"
+    framework_label = "numpy"
+
+    def framework_version(self) -> str:
+        return np.__version__
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        return ("float64", "float32", "float16")
+
+    def asarray(self, x, *, dtype: str, device: str = "cpu"):
+        return np.array(x, dtype=dtype)
+
+    def to_numpy(self, x) -> np.ndarray:
+        return np.asarray(x)
+
+    def _dtype_name(self, x) -> str:
+        return str(x.dtype)
+
+    def _matmul(self, a, b):
+        return np.matmul(a, b)
+
+    def _transpose(self, x, axes):
+        return np.transpose(x, axes)
+
+    def _reshape(self, x, shape):
+        return np.reshape(x, shape)
+
+    def _exp(self, x):
+        return np.exp(x)
+
+    def _max_last(self, x):
+        return np.max(x, axis=-1, keepdims=True)
+
+    def _sum_last(self, x):
+        return np.sum(x, axis=-1, keepdims=True)
+
+    def _where(self, cond, a, b: float):
+        return np.where(cond, a, np.asarray(b, dtype=a.dtype))
+
+    def _isfinite(self, x):
+        return np.isfinite(x)
+
+    def _concat(self, xs, axis: int):
+        return np.concatenate(xs, axis=axis)
+
+    def _stack(self, xs, axis: int):
+        return np.stack(xs, axis=axis)
+
+    def _constant(self, array: np.ndarray, like):
+        return array
+
+
+PER_HEAD = NumpyBackend("perhead")
+BATCHED = NumpyBackend("batched")

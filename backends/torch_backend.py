@@ -1,0 +1,94 @@
+"""The PyTorch backend: per-head and batched variants on CPU and CUDA, TF32 off.
+
+Dtypes: float64, float32, float16, bfloat16. On CUDA, float32 matmuls and convolutions run with
+TF32 disabled (spec NUM-2); the state is reported in the certificate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._generic import ArrayBackend
+
+
+def _torch():
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+class TorchBackend(ArrayBackend):
+    """Multi-head attention in PyTorch (algorithms in :mod:`mhaspec.backends._generic`)."""
+
+    framework = "torch"
+    framework_label = "torch"
+
+    def framework_version(self) -> str:
+        return _torch().__version__
+
+    def devices(self) -> dict[str, str | None]:
+        torch = _torch()
+        return {"cpu": None,
+                "cuda": None if torch.cuda.is_available() else "no CUDA device visible to torch"}
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        return ("float64", "float32", "float16", "bfloat16")
+
+    def precision_flags(self, device: str) -> dict:
+        torch = _torch()
+        return {"torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}
+
+    def asarray(self, x, *, dtype: str, device: str = "cpu"):
+        torch = _torch()
+        return torch.as_tensor(np.asarray(x)).to(device=device, dtype=getattr(torch, dtype))
+
+    def to_numpy(self, x) -> np.ndarray:
+        torch = _torch()
+        x = x.detach().cpu()
+        return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
+
+    def device_of(self, x) -> str:
+        return x.device.type
+
+    def _dtype_name(self, x) -> str:
+        return str(x.dtype).removeprefix("torch.")
+
+    def _matmul(self, a, b):
+        return _torch().matmul(a, b)
+
+    def _transpose(self, x, axes):
+        return x.permute(*axes)
+
+    def _reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def _exp(self, x):
+        return x.exp()
+
+    def _max_last(self, x):
+        return x.amax(dim=-1, keepdim=True)
+
+    def _sum_last(self, x):
+        return x.sum(dim=-1, keepdim=True)
+
+    def _where(self, cond, a, b: float):
+        return _torch().where(cond, a, _torch().tensor(b, dtype=a.dtype, device=a.device))
+
+    def _isfinite(self, x):
+        return _torch().isfinite(x)
+
+    def _concat(self, xs, axis: int):
+        return _torch().cat(xs, dim=axis)
+
+    def _stack(self, xs, axis: int):
+        return _torch().stack(xs, dim=axis)
+
+    def _constant(self, array: np.ndarray, like):
+        return _torch().as_tensor(array, device=like.device)
+
+
+PER_HEAD = TorchBackend("perhead")
+BATCHED = TorchBackend("batched")

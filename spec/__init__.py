@@ -1,0 +1,76 @@
+"""The mhaspec specification: clause table, rendered text and the float64 oracle.
+
+``load()`` reads ``clauses.toml`` (the single normative source) into a :class:`Spec`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One citable requirement: ``"mhaspec <version>, clause <id>"``."""
+
+    id: str
+    chapter: str
+    title: str
+    text: str
+    testable: bool
+
+
+@dataclass(frozen=True)
+class Chapter:
+    id: str
+    title: str
+    intro: str
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    version: str
+    title: str
+    chapters: tuple[Chapter, ...]
+    clauses: tuple[Clause, ...]
+
+    def clause(self, clause_id: str) -> Clause:
+        for c in self.clauses:
+            if c.id == clause_id:
+                return c
+        raise KeyError(f"no clause {clause_id!r} in {self.name} {self.version}")
+
+    @property
+    def testable_ids(self) -> tuple[str, ...]:
+        return tuple(c.id for c in self.clauses if c.testable)
+
+
+def parse(text: str) -> Spec:
+    """Parse the TOML clause table; rejects duplicate ids and clauses of unknown chapters."""
+    data = tomllib.loads(text)
+    chapters = tuple(Chapter(c["id"], c["title"], c.get("intro", "").strip()) for c in data["chapter"])
+    chapter_ids = {c.id for c in chapters}
+    clauses = tuple(
+        Clause(c["id"], c["chapter"], c["title"], c["text"].strip(), bool(c["testable"]))
+        for c in data["clause"])
+    seen: set[str] = set()
+    for c in clauses:
+        if c.id in seen:
+            raise ValueError(f"duplicate clause id {c.id!r}")
+        if c.chapter not in chapter_ids or not c.id.startswith(c.chapter + "-"):
+            raise ValueError(f"clause {c.id!r} does not belong to a declared chapter ({c.chapter!r})")
+        seen.add(c.id)
+    meta = data["spec"]
+    return Spec(meta["name"], meta["version"], meta["title"], chapters, clauses)
+
+
+@lru_cache(maxsize=1)
+def load() -> Spec:
+    """The specification shipped with this package."""
+    return parse(resources.files(__name__).joinpath("clauses.toml").read_text(encoding="utf-8"))
+
+
+SPEC_VERSION = load().version

@@ -1,0 +1,206 @@
+"""The float64 oracle: multi-head attention written straight from the equations of the spec.
+
+Axis legend (used in every docstring of the project):
+    B batch, L_q query length, L_k key/value length, h heads,
+    d_model query width, k_dim / v_dim key / value widths, d_k / d_v per-head widths, d_out output width.
+
+This module shares no code with any backend on purpose: a reference that copies an implementation
+hides the bugs it shares. It loops over batch items and heads and evaluates one head exactly as
+``softmax(s Q K^T + beta) V``. It does not validate its input; the conformance suite only feeds it
+valid cases.
+
+``precision`` runs the same steps in a lower precision. The tolerance rule (NUM-3) uses that to
+measure the error of the naive algorithm in a candidate's dtype: ``"float32"`` runs in float32 and
+``"float16"`` / ``"bfloat16"`` run in float32 and round every intermediate to the narrow type.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+LEGACY_MASK_VALUE = -1e9  # MASK-3: the source document's constant
+
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
+
+class Params(NamedTuple):
+    """Projection parameters in the math layout ``y = x @ W + b`` (PARAM-1).
+
+    w_q (d_model, h*d_k), w_k (k_dim, h*d_k), w_v (v_dim, h*d_v), w_o (h*d_v, d_out);
+    biases are 1-D or None (zero).
+    """
+
+    w_q: np.ndarray
+    w_k: np.ndarray
+    w_v: np.ndarray
+    w_o: np.ndarray
+    b_q: np.ndarray | None = None
+    b_k: np.ndarray | None = None
+    b_v: np.ndarray | None = None
+    b_o: np.ndarray | None = None
+
+
+def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to the nearest bfloat16 (ties to even), returned as float32."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    out = bits.astype(np.uint32).view(np.float32)
+    return np.where(np.isfinite(x), out, x)
+
+
+_PRECISIONS: dict[str, tuple[type, Callable[[np.ndarray], np.ndarray]]] = {
+    "float64": (np.float64, lambda x: x),
+    "float32": (np.float32, lambda x: x),
+    "float16": (np.float32, lambda x: np.asarray(x).astype(np.float16).astype(np.float32)),
+    "bfloat16": (np.float32, round_to_bfloat16),
+}
+
+
+class _Arith:
+    """The working precision: ``dtype`` to compute in, ``rnd`` applied after every step."""
+
+    def __init__(self, precision: str):
+        self.dtype, self.rnd = _PRECISIONS[precision]
+
+    def cast(self, x):
+        return None if x is None else self.rnd(np.asarray(x, dtype=self.dtype))
+
+
+def allowed_mask(b: int, h: int, l_q: int, l_k: int, *, mask=None, key_padding_mask=None,
+                 causal=None) -> np.ndarray:
+    """Boolean (B, h, L_q, L_k): True where every boolean mask permits the pair (MASK-1, 5, 6, 7, 8)."""
+    allowed = np.ones((b, h, l_q, l_k), dtype=bool)
+    if mask is not None:
+        allowed &= np.broadcast_to(np.asarray(mask, dtype=bool), allowed.shape)
+    if key_padding_mask is not None:
+        allowed &= np.asarray(key_padding_mask, dtype=bool)[:, None, None, :]
+    if causal is not None:
+        i = np.arange(l_q)[:, None]
+        j = np.arange(l_k)[None, :]
+        offset = 0 if causal == "top_left" else l_k - l_q
+        allowed &= j <= i + offset
+    return allowed
+
+
+def _softmax_rows(logits: np.ndarray, allowed: np.ndarray, ar: _Arith) -> np.ndarray:
+    """Softmax over the last axis restricted to ``allowed``; an empty row gives zeros (MASK-9)."""
+    allowed = allowed & (logits != -np.inf)
+    weights = np.zeros_like(logits)
+    for row in range(logits.shape[0]):
+        keep = allowed[row]
+        if not keep.any():
+            continue
+        shifted = ar.rnd(logits[row, keep] - ar.rnd(np.max(logits[row, keep])))
+        e = ar.rnd(np.exp(shifted))
+        weights[row, keep] = ar.rnd(e / ar.rnd(np.sum(e)))
+    return weights
+
+
+def _one_head(q, k, v, allowed, additive, scale, ar: _Arith):
+    """One head: q (L_q, d_k), k (L_k, d_k), v (L_k, d_v) -> (out (L_q, d_v), weights (L_q, L_k))."""
+    logits = ar.rnd(ar.rnd(q @ k.T) * ar.dtype(scale))
+    for term in additive:
+        logits = ar.rnd(logits + term)
+    weights = _softmax_rows(logits, allowed, ar)
+    return ar.rnd(weights @ v), weights
+
+
+def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
+              causal=None, scale=None, precision: str = "float64"):
+    """Scaled dot-product attention (SDPA-1..4, MASK-1..9).
+
+    q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
+    -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k)), both in the working precision's dtype.
+    """
+    ar = _Arith(precision)
+    q, k, v = ar.cast(q), ar.cast(k), ar.cast(v)
+    b, h, l_q, d_k = q.shape
+    l_k = k.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d_k)
+    full = (b, h, l_q, l_k)
+    allowed = allowed_mask(b, h, l_q, l_k, mask=mask, key_padding_mask=key_padding_mask, causal=causal)
+    additive = []
+    if bias is not None:
+        additive.append(np.broadcast_to(ar.cast(bias), full))
+    if legacy_mask is not None:
+        additive.append(np.broadcast_to(ar.rnd(ar.cast(legacy_mask) * ar.dtype(LEGACY_MASK_VALUE)), full))
+    out = np.zeros((b, h, l_q, v.shape[3]), dtype=ar.dtype)
+    weights = np.zeros(full, dtype=ar.dtype)
+    for bi in range(b):
+        for hi in range(h):
+            out[bi, hi], weights[bi, hi] = _one_head(
+                q[bi, hi], k[bi, hi], v[bi, hi], allowed[bi, hi],
+                [t[bi, hi] for t in additive], scale, ar)
+    return out, weights
+
+
+def split_heads(x, num_heads: int):
+    """HEAD-1, written element by element: (B, L, h*d) -> (B, h, L, d)."""
+    x = np.asarray(x)
+    b, length, width = x.shape
+    d = width // num_heads
+    y = np.empty((b, num_heads, length, d), dtype=x.dtype)
+    for i in range(num_heads):
+        for j in range(d):
+            y[:, i, :, j] = x[:, :, i * d + j]
+    return y
+
+
+def combine_heads(y):
+    """HEAD-2: (B, h, L, d) -> (B, L, h*d), the concatenation of the heads along the last axis."""
+    y = np.asarray(y)
+    return np.concatenate([y[:, i] for i in range(y.shape[1])], axis=-1)
+
+
+def _project(x, w, b, cols: slice, ar: _Arith):
+    """x (B, L, in) @ w[:, cols] + b[cols] -> (B, L, len(cols)), in the working precision."""
+    y = ar.rnd(x @ w[:, cols])
+    return y if b is None else ar.rnd(y + b[cols])
+
+
+def multi_head_attention(query, key, value, params: Params, *, num_heads: int, mask=None, bias=None,
+                         legacy_mask=None, key_padding_mask=None, causal=None, scale=None,
+                         precision: str = "float64"):
+    """Multi-head attention by its per-head definition (MHA-1, PARAM-1, PARAM-2).
+
+    query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)
+    -> (output (B, L_q, d_out), weights (B, h, L_q, L_k)).
+    """
+    ar = _Arith(precision)
+    query, key, value = ar.cast(query), ar.cast(key), ar.cast(value)
+    p = Params(*(ar.cast(t) for t in params))
+    h = num_heads
+    d_k = p.w_q.shape[1] // h
+    d_v = p.w_v.shape[1] // h
+    heads, weights = [], []
+    for i in range(h):
+        qk_cols, v_cols = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
+        q_i = _project(query, p.w_q, p.b_q, qk_cols, ar)[:, None]
+        k_i = _project(key, p.w_k, p.b_k, qk_cols, ar)[:, None]
+        v_i = _project(value, p.w_v, p.b_v, v_cols, ar)[:, None]
+        head_masks = {name: _head_slice(m, i)
+                      for name, m in (("mask", mask), ("bias", bias), ("legacy_mask", legacy_mask))}
+        out_i, w_i = attention(q_i, k_i, v_i, key_padding_mask=key_padding_mask, causal=causal,
+                               scale=scale, precision=precision, **head_masks)
+        heads.append(out_i[:, 0])
+        weights.append(w_i[:, 0])
+    concat = np.concatenate(heads, axis=-1)
+    out = ar.rnd(concat @ p.w_o)
+    if p.b_o is not None:
+        out = ar.rnd(out + p.b_o)
+    return out, np.stack(weights, axis=1)
+
+
+def _head_slice(m, i: int):
+    """The part of a mask/bias broadcastable to (B, h, L_q, L_k) that applies to head i, keeping a
+    size-1 head axis: (..., h or 1, L_q, L_k) -> (B or 1, 1, L_q or 1, L_k or 1)."""
+    if m is None:
+        return None
+    m = np.asarray(m)
+    m = m.reshape((1,) * (4 - m.ndim) + m.shape)
+    return m[:, i:i + 1] if m.shape[1] > 1 else m
