@@ -82,8 +82,9 @@ def _check_masks(op: str, dims: Dims, dtype: str, mask: Arg | None, bias: Arg | 
             _fail(op, f"argument 'key_padding_mask' must have shape (B, L_k) = "
                       f"{(dims.batch, dims.len_k)}, got {key_padding_mask.shape}")
     if legacy_mask is not None and dtype == "float16":
-        _fail(op, "argument 'legacy_mask' cannot be used with float16 inputs: -1e9 overflows "
-                  "float16 to -inf and 0 * -inf is NaN (spec MASK-4); pass mask=(legacy_mask == 0)")
+        _fail(op, f"argument 'legacy_mask' with shape {legacy_mask.shape} cannot be used with float16 "
+                  "inputs: -1e9 overflows float16 to -inf and 0 * -inf is NaN (spec MASK-4); pass "
+                  "mask=(legacy_mask == 0)")
     if causal not in CAUSAL_VALUES:
         _fail(op, f"argument 'causal' must be None, 'top_left' or 'bottom_right', got {causal!r}")
 

@@ -1,0 +1,167 @@
+"""Run a case on a backend and judge it against the oracle (used by every conformance test).
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
+
+:class:`Impl` is one parametrization of the suite: a backend on a device in a dtype. Its
+``sdpa`` / ``mha`` methods convert a :class:`~mhaspec.conformance.strategies.Case` to the backend's
+arrays, call it, check the results live on the requested device, and return NumPy results.
+:func:`expect_oracle` compares them with the float64 oracle under NUM-3 and raises an
+``AssertionError`` naming the clause, the error and a reproducer a user can paste.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from mhaspec.backends import MHAParams
+from mhaspec.spec import oracle
+
+from . import tolerance
+from .strategies import Case, CaseSpec, build_case
+
+#: The pytest item being run; the plugin sets it so results can be recorded on the item.
+current_item: contextvars.ContextVar[Any] = contextvars.ContextVar("mhaspec_current_item", default=None)
+
+
+class Result(NamedTuple):
+    """A backend's output and weights as float NumPy arrays (weights None when not returned)."""
+
+    out: np.ndarray
+    weights: np.ndarray | None
+
+
+class Impl(NamedTuple):
+    """One parametrization: ``backend`` on ``device`` computing in ``dtype``."""
+
+    backend: Any
+    device: str
+    dtype: str
+
+    def __repr__(self) -> str:
+        return f"Impl({self.backend.name!r}, {self.device!r}, {self.dtype!r})"
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend.name}-{self.device}-{self.dtype}"
+
+    def case(self, spec: CaseSpec) -> Case:
+        """The arrays of ``spec`` for this dtype: float16 drops the legacy mask (an error, ERR-9)."""
+        if self.dtype == "float16" and spec.legacy_shape is not None:
+            spec = spec._replace(legacy_shape=None)
+        return build_case(spec)
+
+    def arr(self, x, dtype: str | None = None):
+        """NumPy -> backend array in this dtype (booleans stay boolean); None stays None."""
+        if x is None:
+            return None
+        if dtype is None:
+            dtype = "bool" if np.asarray(x).dtype == bool else self.dtype
+        return self.backend.asarray(np.asarray(x), dtype=dtype, device=self.device)
+
+    def masks(self, case: Case) -> dict:
+        kw = case.mask_kwargs()
+        for name in ("mask", "bias", "legacy_mask", "key_padding_mask"):
+            kw[name] = self.arr(kw[name])
+        return kw
+
+    def _result(self, out, weights) -> Result:
+        for x in (out, weights):
+            if x is not None and self.device != "cpu":
+                on = self.backend.device_of(x)
+                assert on == self.device, f"result computed on {on!r}, not on {self.device!r}"
+        return Result(self.backend.to_numpy(out),
+                      None if weights is None else self.backend.to_numpy(weights))
+
+    def sdpa(self, case: Case, **overrides) -> Result:
+        """Run scaled_dot_product_attention on ``case`` (keyword overrides replace mask kwargs)."""
+        kw = {**self.masks(case), **overrides}
+        return self._result(*self.backend.scaled_dot_product_attention(
+            self.arr(case.q), self.arr(case.k), self.arr(case.v), **kw))
+
+    def mha(self, case: Case, **overrides) -> Result:
+        """Run multi_head_attention on ``case``; self-attention passes one array three times."""
+        query = self.arr(case.query)
+        if case.spec.self_attention:
+            key = value = query
+        else:
+            key, value = self.arr(case.key), self.arr(case.value)
+        params = MHAParams(*(self.arr(p) for p in case.params))
+        kw = {**self.masks(case), **overrides}
+        return self._result(*self.backend.multi_head_attention(
+            query, key, value, params, num_heads=case.spec.heads, **kw))
+
+
+def oracle_result(case: Case, op: str, precision: str = "float64", **overrides) -> Result:
+    """The oracle (or the naive algorithm in ``precision``) on ``case``."""
+    kw = {**case.mask_kwargs(), **overrides}
+    if op == "sdpa":
+        return Result(*oracle.attention(case.q, case.k, case.v, precision=precision, **kw))
+    return Result(*oracle.multi_head_attention(case.query, case.key, case.value, case.params,
+                                               num_heads=case.spec.heads, precision=precision, **kw))
+
+
+def _scale(case: Case, op: str, expected: Result) -> float:
+    values = case.v if op == "sdpa" else case.value
+    return float(max(np.max(np.abs(expected.out), initial=0.0), np.max(np.abs(values), initial=0.0)))
+
+
+def record_ratio(clause: str, ratio: float) -> None:
+    """Keep the worst NUM-3 ratio seen for ``clause`` on the running test item."""
+    item = current_item.get()
+    if item is None:
+        return
+    worst = getattr(item, "mhaspec_ratios", {})
+    worst[clause] = max(worst.get(clause, 0.0), ratio)
+    item.mhaspec_ratios = worst
+
+
+def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = None) -> str:
+    """Python a user can paste to replay exactly this case on this backend."""
+    extra = f", overrides={overrides!r}" if overrides else ""
+    return ("from mhaspec.conformance.replay import replay\n"
+            f"replay({impl.backend.name!r}, {op!r}, {spec!r}, device={impl.device!r}, "
+            f"dtype={impl.dtype!r}{extra})")
+
+
+def allowance(case: Case, op: str, impl: Impl, expected: Result | None = None) -> tuple[float, float]:
+    """NUM-3's allowed absolute error for (output, weights) of this case in ``impl.dtype``."""
+    expected = expected or oracle_result(case, op)
+    naive = oracle_result(case, op, tolerance.naive_precision(impl.dtype))
+    out = tolerance.judge(expected.out, expected.out, naive.out, dtype=impl.dtype,
+                          scale=_scale(case, op, expected))
+    w = tolerance.judge(expected.weights, expected.weights, naive.weights, dtype=impl.dtype, scale=1.0)
+    return out.allowed, w.allowed
+
+
+def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
+                  overrides: dict | None = None) -> None:
+    """Assert ``got`` agrees with the oracle under NUM-3 (output, and weights when returned)."""
+    overrides = overrides or {}
+    expected = oracle_result(case, op, **overrides)
+    naive = oracle_result(case, op, tolerance.naive_precision(impl.dtype), **overrides)
+    checks = [("output", got.out, expected.out, naive.out, _scale(case, op, expected))]
+    if got.weights is not None:
+        checks.append(("weights", got.weights, expected.weights, naive.weights, 1.0))
+    for what, actual, exp, nv, scale in checks:
+        verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=scale)
+        record_ratio(clause, verdict.ratio)
+        if not verdict.ok:
+            raise AssertionError(
+                f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what} "
+                f"differs from the float64 oracle: {verdict.describe()}\n"
+                f"reproduce with:\n{reproducer(impl, op, case.spec, overrides)}")
+
+
+def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, allowed: float,
+                 clause: str, what: str, op: str) -> None:
+    """Assert two results of the same backend agree within ``allowed`` (a property's bound)."""
+    error, where = tolerance.max_abs_error(got, want)
+    if not error <= allowed:
+        raise AssertionError(
+            f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {what}: max abs "
+            f"difference {error:.3e} at index {where}, allowed {allowed:.3e} (twice NUM-3)\n"
+            f"reproduce the base case with:\n{reproducer(impl, op, case.spec)}")
+

@@ -1,0 +1,242 @@
+"""The mhaspec pytest plugin (registered through the ``pytest11`` entry point).
+
+* ``--backend NAME|module:attr`` (repeatable) chooses the backends; default: every registered
+  in-repo backend whose framework imports.
+* ``--mhaspec-profile dev|ci|certify`` chooses the Hypothesis profile (``ci`` is derandomized).
+* ``--mhaspec-report FILE.json`` writes every result with its clause, backend, device and dtype.
+
+Each conformance test names its clause(s) with ``@pytest.mark.clause("MASK-9")`` and the
+capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametrizes the ``impl``
+argument over backend x device x dtype. Skips and deviations are data, applied here as marks:
+an unclaimed capability is skipped as "not implemented", an absent device is skipped with its
+reason, and a clause the backend declares a deviation from is ``xfail(strict=True)`` — so a
+declaration that no longer deviates fails as stale. A testable clause that no collected test names
+is a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections import defaultdict
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+from mhaspec.spec import load as load_spec
+
+from . import harness
+
+NOT_IMPLEMENTED = "not implemented"
+OPS = ("sdpa", "mha")
+PROFILES = {
+    "dev": dict(max_examples=10),
+    "ci": dict(max_examples=10, derandomize=True, database=None),
+    "certify": dict(max_examples=100),
+}
+for _name, _kw in PROFILES.items():
+    settings.register_profile(
+        f"mhaspec-{_name}", deadline=None, print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **_kw)
+
+CONFORMANCE_DIR = pathlib.Path(__file__).parent
+RESULTS_KEY = pytest.StashKey[list]()
+BACKENDS_KEY = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mhaspec", "mhaspec conformance")
+    group.addoption("--backend", action="append", default=[], metavar="NAME|module:attr",
+                    help="backend to check (repeatable); default: every registered in-repo backend")
+    group.addoption("--mhaspec-profile", default=None, choices=sorted(PROFILES),
+                    help="Hypothesis profile: dev (default), ci (derandomized) or certify")
+    group.addoption("--mhaspec-report", default=None, metavar="FILE",
+                    help="write every result (clause, backend, device, dtype, outcome) as JSON")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "clause(*ids): the spec clause(s) a conformance test checks")
+    config.addinivalue_line("markers", "requires(*capabilities): backend capabilities a test needs")
+    config.addinivalue_line("markers", "dtypes(*names): restrict a test to these dtypes")
+    profile = config.getoption("--mhaspec-profile") or ("ci" if os.environ.get("CI") else "dev")
+    settings.load_profile(f"mhaspec-{profile}")
+    config.stash[RESULTS_KEY] = []
+    config.stash[BACKENDS_KEY] = _backends(config)
+
+
+def _backends(config: pytest.Config) -> list:
+    refs = config.getoption("--backend")
+    if refs:
+        try:
+            return [load_backend(r) for r in refs]
+        except BackendLoadError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    loaded = []
+    for name in registered_backends():
+        try:
+            loaded.append(load_backend(name))
+        except BackendLoadError:
+            continue  # framework not installed: `--backend` it explicitly to see why
+    return loaded
+
+
+def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
+    clauses = [c for m in metafunc.definition.iter_markers("clause") for c in m.args]
+    needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
+    needs |= {op} if op else set()
+    only = {d for m in metafunc.definition.iter_markers("dtypes") for d in m.args}
+    params = []
+    for backend in backends:
+        missing = sorted(needs - set(backend.capabilities))
+        declared = [c for c in clauses if c in backend.deviations]
+        for device, unavailable in backend.devices().items():
+            dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
+            for dtype in dtypes:
+                if only and dtype not in only:
+                    continue
+                marks = []
+                if unavailable is not None:
+                    marks.append(pytest.mark.skip(reason=f"device unavailable: {unavailable}"))
+                elif missing:
+                    marks.append(pytest.mark.skip(
+                        reason=f"{NOT_IMPLEMENTED}: {backend.name} does not claim {missing}"))
+                elif declared:
+                    marks.append(pytest.mark.xfail(
+                        strict=True, reason="declared deviation: " + "; ".join(
+                            f"{c}: {backend.deviations[c]}" for c in declared)))
+                impl = harness.Impl(backend, device, dtype)
+                if op is None:
+                    params.append(pytest.param(impl, id=impl.id, marks=marks))
+                else:
+                    params.append(pytest.param(impl, op, id=f"{impl.id}-{op}", marks=marks))
+    return params
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``impl`` (and ``op``: "sdpa" / "mha", each needing its capability)."""
+    if "impl" not in metafunc.fixturenames:
+        return
+    backends = metafunc.config.stash[BACKENDS_KEY]
+    if "op" in metafunc.fixturenames:
+        metafunc.parametrize(("impl", "op"), [p for op in OPS for p in _impl_params(metafunc, backends, op)])
+    else:
+        metafunc.parametrize("impl", _impl_params(metafunc, backends))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
+    """Every testable clause must be named by a test when the whole suite is collected."""
+    modules = {pathlib.Path(str(item.fspath)).resolve() for item in items}
+    suite = {p.resolve() for p in CONFORMANCE_DIR.glob("test_*.py")}
+    if not suite or not suite <= modules:
+        return
+    named = {c for item in items for m in item.iter_markers("clause") for c in m.args}
+    spec = load_spec()
+    unknown = sorted(named - {c.id for c in spec.clauses})
+    untested = sorted(set(spec.testable_ids) - named)
+    if unknown or untested:
+        raise pytest.UsageError(f"conformance suite out of step with spec {spec.version}: "
+                                f"clauses without a test: {untested}; unknown clause ids: {unknown}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    token = harness.current_item.set(item)
+    try:
+        return (yield)
+    finally:
+        harness.current_item.reset(token)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    clauses = [c for m in item.iter_markers("clause") for c in m.args]
+    if impl is not None and clauses:
+        report.user_properties.append(("mhaspec", {
+            "backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
+            "clauses": clauses, "ratios": getattr(item, "mhaspec_ratios", {})}))
+    return report
+
+
+def classify(report: pytest.TestReport) -> str | None:
+    """pass / fail / deviation / stale-deviation / not-implemented / unavailable, or None."""
+    if report.when == "call":
+        if hasattr(report, "wasxfail"):
+            return "deviation" if report.skipped else "stale-deviation"
+        if report.failed and "[XPASS(strict)]" in str(report.longrepr):
+            return "stale-deviation"
+        return "pass" if report.passed else "fail"
+    if report.skipped and report.when == "setup":
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+        return "not-implemented" if NOT_IMPLEMENTED in reason else "unavailable"
+    if report.failed:
+        return "fail"
+    return None
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    info = dict(report.user_properties).get("mhaspec")
+    outcome = classify(report)
+    if info is None or outcome is None:
+        return
+    entry = {**info, "test": report.nodeid.split("::")[-1], "outcome": outcome,
+             "duration": report.duration}
+    _RESULTS.append(entry)
+
+
+_RESULTS: list[dict] = []
+
+SYMBOL = {"pass": "ok", "fail": "FAIL", "deviation": "dev", "stale-deviation": "STALE",
+          "not-implemented": "n/i", "unavailable": "-"}
+SEVERITY = ["fail", "stale-deviation", "deviation", "pass", "not-implemented", "unavailable"]
+
+
+def summarize(results: list[dict]) -> dict[tuple[str, str], dict]:
+    """(backend, clause) -> {"outcome": worst outcome, "ratio": worst NUM-3 ratio, "runs": n}."""
+    table: dict[tuple[str, str], dict] = {}
+    for r in results:
+        for clause in r["clauses"]:
+            cell = table.setdefault((r["backend"], clause), {"outcome": "unavailable", "ratio": 0.0,
+                                                             "runs": 0})
+            if SEVERITY.index(r["outcome"]) < SEVERITY.index(cell["outcome"]):
+                cell["outcome"] = r["outcome"]
+            cell["ratio"] = max(cell["ratio"], r["ratios"].get(clause, 0.0))
+            cell["runs"] += r["outcome"] != "unavailable"
+    return table
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    results = list(_RESULTS)
+    if not results:
+        return
+    table = summarize(results)
+    backends = sorted({b for b, _ in table})
+    clauses = [c.id for c in load_spec().clauses if any((b, c.id) in table for b in backends)]
+    tr = terminalreporter
+    tr.section(f"mhaspec {load_spec().version} conformance by clause")
+    width = max(len(b) for b in backends)
+    tr.write_line("clause    " + " ".join(b.rjust(max(width, 6))[:max(width, 6)] for b in backends))
+    for c in clauses:
+        cells = [SYMBOL[table[(b, c)]["outcome"]] if (b, c) in table else "" for b in backends]
+        tr.write_line(f"{c:<9} " + " ".join(s.rjust(max(width, 6)) for s in cells))
+    tr.section("mhaspec conformance by backend")
+    for b in backends:
+        counts = defaultdict(int)
+        for (bb, _), cell in table.items():
+            if bb == b:
+                counts[cell["outcome"]] += 1
+        worst = max(((cell["ratio"], c) for (bb, c), cell in table.items() if bb == b), default=(0, ""))
+        combos = sorted({(r["device"], r["dtype"]) for r in results
+                         if r["backend"] == b and r["outcome"] != "unavailable"})
+        verdict = "CONFORMS" if not counts["fail"] and not counts["stale-deviation"] else "DOES NOT CONFORM"
+        tr.write_line(f"{b}: {verdict} - " + ", ".join(f"{counts[k]} {k}" for k in SEVERITY if counts[k])
+                      + f"; worst NUM-3 ratio {worst[0]:.2f} ({worst[1]}, K=8); ran on "
+                      + ", ".join(f"{d}/{t}" for d, t in combos))
+    path = config.getoption("--mhaspec-report")
+    if path:
+        pathlib.Path(path).write_text(json.dumps(results, indent=1), encoding="utf-8")
+        tr.write_line(f"mhaspec: results written to {path}")

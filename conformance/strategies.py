@@ -1,0 +1,221 @@
+"""Hypothesis strategies for conformance cases, derived from the spec's shapes and masks.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_model query width, k_dim / v_dim key / value
+widths, d_k / d_v per-head widths, d_out output width.
+
+A strategy draws a :class:`CaseSpec`: plain numbers and names only (shapes, which masks, a seed).
+:func:`build_case` turns it into float64 NumPy arrays deterministically, so a failing example is
+reproduced from its printed ``CaseSpec`` alone and Hypothesis shrinks shapes and options, not
+thousands of floats. Sizes come from short fixed menus so compiled variants (``jax.jit``,
+``tf.function``) meet few distinct shapes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from hypothesis import strategies as st
+
+from mhaspec.spec import oracle
+
+LENGTHS = (1, 2, 3, 5, 8, 13)
+WIDTHS = (1, 2, 4, 8, 16)
+HEADS = (1, 2, 3, 4)
+BATCHES = (1, 2, 3)
+LOGIT_SCALES = (1.0, 0.1, 10.0, 100.0)
+CUSTOM_SCALES = (0.05, 0.5, 2.0)
+MASK_DENSITIES = (0.7, 0.3, 0.95)
+
+
+class CaseSpec(NamedTuple):
+    """Everything that defines one case; arrays come from :func:`build_case`."""
+
+    batch: int = 2
+    heads: int = 2
+    len_q: int = 3
+    len_k: int = 3
+    d_k: int = 4
+    d_v: int = 4
+    d_model: int = 8
+    k_dim: int = 8
+    v_dim: int = 8
+    d_out: int = 8
+    self_attention: bool = False
+    use_bias: bool = True
+    mask_shape: tuple[int, ...] | None = None
+    mask_density: float = 0.7
+    fully_masked_rows: bool = False
+    bias_shape: tuple[int, ...] | None = None
+    legacy_shape: tuple[int, ...] | None = None
+    key_padding: bool = False
+    causal: str | None = None
+    scale: float | None = None
+    logit_scale: float = 1.0
+    seed: int = 0
+
+
+class Case(NamedTuple):
+    """Float64 inputs of one case (unused fields are None).
+
+    SDPA: q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v).
+    MHA: query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim), params.
+    Masks broadcast to (B, h, L_q, L_k); key_padding_mask is (B, L_k).
+    """
+
+    spec: CaseSpec
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    query: np.ndarray
+    key: np.ndarray
+    value: np.ndarray
+    params: oracle.Params
+    mask: np.ndarray | None
+    bias: np.ndarray | None
+    legacy_mask: np.ndarray | None
+    key_padding_mask: np.ndarray | None
+
+    def mask_kwargs(self) -> dict:
+        """The masking keyword arguments shared by both operations."""
+        return {"mask": self.mask, "bias": self.bias, "legacy_mask": self.legacy_mask,
+                "key_padding_mask": self.key_padding_mask, "causal": self.spec.causal,
+                "scale": self.spec.scale}
+
+
+def build_case(spec: CaseSpec) -> Case:
+    """Deterministic float64 arrays for ``spec`` (the same spec always gives the same arrays)."""
+    rng = np.random.default_rng(spec.seed)
+    b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
+    # q.k products have standard deviation logit_scale (times sqrt(d_k) * scale ~ 1)
+    amp = float(np.sqrt(spec.logit_scale))
+    q = rng.standard_normal((b, h, lq, spec.d_k)) * amp
+    k = rng.standard_normal((b, h, lk, spec.d_k)) * amp
+    v = rng.standard_normal((b, h, lk, spec.d_v))
+    query = rng.standard_normal((b, lq, spec.d_model))
+    if spec.self_attention:
+        key = value = query
+    else:
+        key = rng.standard_normal((b, lk, spec.k_dim))
+        value = rng.standard_normal((b, lk, spec.v_dim))
+    params = _params(rng, spec, amp)
+    mask = None
+    if spec.mask_shape is not None:
+        mask = rng.random(spec.mask_shape) < spec.mask_density
+        if spec.fully_masked_rows:
+            rows = rng.random(spec.mask_shape[-2]) < 0.5
+            rows[rng.integers(spec.mask_shape[-2])] = True
+            mask[..., rows, :] = False
+        else:
+            mask[..., 0] = True  # key 0 stays allowed: no row is fully masked by accident
+    bias = None if spec.bias_shape is None else rng.standard_normal(spec.bias_shape) * amp
+    legacy = None
+    if spec.legacy_shape is not None:
+        legacy = (rng.random(spec.legacy_shape) < 0.4).astype(np.float64)
+        legacy[..., rng.integers(spec.legacy_shape[-1])] = 0.0  # every row keeps a key (MASK-3)
+    kpm = None
+    if spec.key_padding:
+        kpm = rng.random((b, lk)) < 0.75
+        kpm[:, 0] = True
+    return Case(spec, q, k, v, query, key, value, params, mask, bias, legacy, kpm)
+
+
+def _params(rng: np.random.Generator, spec: CaseSpec, amp: float) -> oracle.Params:
+    """Parameters scaled so projected q.k logits have spread ~ logit_scale."""
+    h = spec.heads
+    d_in_k = spec.d_model if spec.self_attention else spec.k_dim
+    d_in_v = spec.d_model if spec.self_attention else spec.v_dim
+
+    def w(rows, cols, gain=1.0):
+        return rng.standard_normal((rows, cols)) * gain / np.sqrt(rows)
+
+    def b(n):
+        return rng.standard_normal(n) * 0.1 if spec.use_bias else None
+
+    return oracle.Params(
+        w_q=w(spec.d_model, h * spec.d_k, amp), w_k=w(d_in_k, h * spec.d_k, amp),
+        w_v=w(d_in_v, h * spec.d_v), w_o=w(h * spec.d_v, spec.d_out),
+        b_q=b(h * spec.d_k), b_k=b(h * spec.d_k), b_v=b(h * spec.d_v), b_o=b(spec.d_out))
+
+
+# -- strategies ------------------------------------------------------------------------------------
+
+def _check_flags(**flags) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"argument {name!r} must be a bool, got {value!r}")
+
+
+@st.composite
+def broadcast_shapes(draw, full: tuple[int, int, int, int], *, min_rank: int = 2):
+    """A shape that broadcasts to ``full`` = (B, h, L_q, L_k): rank 2..4, each axis kept or 1."""
+    rank = draw(st.integers(min_rank, 4))
+    tail = full[4 - rank:]
+    return tuple(n if draw(st.booleans()) else 1 for n in tail[:-2]) + tuple(
+        n if draw(st.booleans()) or n == 1 else 1 for n in tail[-2:-1]) + (tail[-1],)
+
+
+@st.composite
+def case_specs(draw, *, masks: bool = False, bias: bool = False, legacy: bool = False,
+               key_padding: bool = False, causal: bool = False, fully_masked: bool = False,
+               custom_scale: bool = False, cross: bool = True, logit_scales=LOGIT_SCALES,
+               max_len: int = 13) -> CaseSpec:
+    """Draw a :class:`CaseSpec`.
+
+    Each flag allows (not forces) one feature; ``fully_masked`` forces fully masked rows (with
+    ``masks``). ``legacy`` cases carry no other masks: the legacy form is only comparable when every
+    row keeps a key (MASK-3, MASK-4). ``cross=False`` draws self-attention shapes only.
+    """
+    _check_flags(masks=masks, bias=bias, legacy=legacy, key_padding=key_padding, causal=causal,
+                 fully_masked=fully_masked, custom_scale=custom_scale, cross=cross)
+    if fully_masked and not masks:
+        raise ValueError("argument 'fully_masked' needs masks=True")
+    lengths = tuple(n for n in LENGTHS if n <= max_len)
+    b = draw(st.sampled_from(BATCHES))
+    h = draw(st.sampled_from(HEADS))
+    lq = draw(st.sampled_from(lengths))
+    self_attention = not cross or draw(st.booleans())
+    lk = lq if self_attention else draw(st.sampled_from(lengths))
+    d_k = draw(st.sampled_from(WIDTHS))
+    d_v = d_k if self_attention else draw(st.sampled_from(WIDTHS))
+    d_model = h * d_k if self_attention else draw(st.sampled_from(WIDTHS))
+    k_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
+    v_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
+    d_out = d_model if self_attention else draw(st.sampled_from(WIDTHS))
+    full = (b, h, lq, lk)
+    use_legacy = legacy and draw(st.booleans())
+    spec = CaseSpec(
+        batch=b, heads=h, len_q=lq, len_k=lk, d_k=d_k, d_v=d_v, d_model=d_model, k_dim=k_dim,
+        v_dim=v_dim, d_out=d_out, self_attention=self_attention, use_bias=draw(st.booleans()),
+        logit_scale=draw(st.sampled_from(logit_scales)), seed=draw(st.integers(0, 2**16)))
+    if masks and not use_legacy and (fully_masked or draw(st.booleans())):
+        shape = draw(broadcast_shapes(full))
+        if fully_masked and len(shape) >= 2 and shape[-2] == 1:
+            shape = shape[:-2] + (lq, lk)
+        spec = spec._replace(mask_shape=shape, mask_density=draw(st.sampled_from(MASK_DENSITIES)),
+                             fully_masked_rows=fully_masked)
+    if bias and draw(st.booleans()):
+        spec = spec._replace(bias_shape=draw(broadcast_shapes(full)))
+    if use_legacy:
+        spec = spec._replace(legacy_shape=draw(broadcast_shapes(full)))
+    if key_padding and not use_legacy and draw(st.booleans()):
+        spec = spec._replace(key_padding=True)
+    if causal and not use_legacy and draw(st.booleans()):
+        spec = with_causal(spec, draw(st.sampled_from(oracle.CAUSAL_ALIGNMENTS)))
+    if custom_scale and draw(st.booleans()):
+        spec = spec._replace(scale=draw(st.sampled_from(CUSTOM_SCALES)))
+    return spec
+
+
+def with_causal(spec: CaseSpec, alignment: str) -> CaseSpec:
+    """``spec`` with a causal mask. Unless fully masked rows are wanted, bottom-right alignment gets
+    L_q <= L_k, so that key 0 stays allowed in every row (MASK-7 masks the first L_q - L_k rows)."""
+    if alignment == "bottom_right" and not spec.fully_masked_rows and spec.len_q > spec.len_k:
+        spec = spec._replace(len_q=spec.len_k, len_k=spec.len_q, mask_shape=None, bias_shape=None)
+    return spec._replace(causal=alignment)
+
+
+#: The source document's example: (32, 50, 512) inputs, 8 heads, self-attention (MHA-5).
+REFERENCE_EXAMPLE = CaseSpec(batch=32, heads=8, len_q=50, len_k=50, d_k=64, d_v=64, d_model=512,
+                             k_dim=512, v_dim=512, d_out=512, self_attention=True, use_bias=True,
+                             seed=2017)

@@ -1,0 +1,164 @@
+"""Chapter MASK: polarity, bias, the legacy form, key padding, causal alignment, fully masked rows.
+
+Every test runs on both operations (``op``): scaled_dot_product_attention and multi_head_attention.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from mhaspec.spec import oracle
+
+from mhaspec.conformance import harness
+from mhaspec.conformance.strategies import case_specs, with_causal
+
+pytestmark = pytest.mark.requires("masks")
+
+
+def run(impl, op, case, **overrides):
+    return impl.sdpa(case, **overrides) if op == "sdpa" else impl.mha(case, **overrides)
+
+
+def _allowed(case):
+    s = case.spec
+    return oracle.allowed_mask(s.batch, s.heads, s.len_q, s.len_k, mask=case.mask,
+                               key_padding_mask=case.key_padding_mask, causal=s.causal)
+
+
+def _expect_zero_where_blocked(impl, got, allowed, clause):
+    if got.weights is not None:
+        leaked = np.abs(np.where(allowed, 0.0, got.weights)).max(initial=0.0)
+        assert leaked == 0.0, (f"[{clause}] {impl.id}: weight {leaked:.3e} at a masked position; "
+                               "masked positions must get exactly 0")
+
+
+@pytest.mark.clause("MASK-1")
+@given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
+def test_boolean_mask_true_means_may_attend(impl, op, spec):
+    case = impl.case(spec)
+    got = run(impl, op, case)
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-1")
+    _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-1")
+
+
+@pytest.mark.clause("MASK-2")
+@given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))
+def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, run(impl, op, case), op=op, clause="MASK-2")
+
+
+@pytest.mark.clause("MASK-3")
+@pytest.mark.requires("legacy_mask")
+@pytest.mark.dtypes("float64", "float32", "bfloat16")
+@given(spec=case_specs(legacy=True).filter(lambda s: s.legacy_shape is not None))
+def test_legacy_mask_one_means_blocked_times_minus_1e9(impl, op, spec):
+    case = impl.case(spec)
+    got = run(impl, op, case)
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-3")
+    as_bool = run(impl, op, case, legacy_mask=None, mask=impl.arr(case.legacy_mask == 0))
+    out_tol, w_tol = harness.allowance(case, op, impl)
+    harness.expect_close(impl, case, got.out, as_bool.out, allowed=2 * out_tol, clause="MASK-3",
+                         what="legacy mask vs mask=(legacy_mask == 0)", op=op)
+
+
+@pytest.mark.clause("MASK-5")
+@given(spec=case_specs(key_padding=True).filter(lambda s: s.key_padding))
+def test_key_padding_mask_true_means_key_present(impl, op, spec):
+    case = impl.case(spec)
+    got = run(impl, op, case)
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-5")
+    _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-5")
+
+
+@pytest.mark.clause("MASK-6")
+@pytest.mark.requires("causal")
+@given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "top_left")))
+def test_causal_top_left_allows_j_le_i(impl, op, spec):
+    case = impl.case(spec)
+    got = run(impl, op, case)
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-6")
+    _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-6")
+
+
+@pytest.mark.clause("MASK-7")
+@pytest.mark.requires("causal")
+@given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "bottom_right")))
+def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(impl, op, spec):
+    case = impl.case(spec)
+    got = run(impl, op, case)
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-7")
+    _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-7")
+
+
+@pytest.mark.clause("MASK-8")
+@pytest.mark.requires("causal")
+@given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
+def test_masks_combine_by_and_and_bias_adds(impl, op, spec):
+    case = impl.case(spec)
+    got = run(impl, op, case)
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-8")
+    _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-8")
+
+
+@pytest.mark.clause("MASK-9")
+@given(spec=case_specs(masks=True, fully_masked=True, key_padding=True))
+def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
+    case = impl.case(spec)
+    got = run(impl, op, case)
+    empty = ~_allowed(case).any(axis=-1)  # (B, h, L_q)
+    rows_out = got.out[empty] if op == "sdpa" else got.out[empty.all(axis=1)]
+    if op == "mha":  # a row masked in every head gives b_o: Concat(0, ..., 0) W_o + b_o
+        b_o = case.params.b_o if case.params.b_o is not None else np.zeros(spec.d_out)
+        rows_out = rows_out - impl.backend.to_numpy(impl.arr(b_o))
+    assert np.all(rows_out == 0), (f"[MASK-9] {impl.id}: fully masked rows must give output 0, "
+                                   f"got {rows_out[~(rows_out == 0)][:4]} ...")
+    if got.weights is not None:
+        assert np.all(got.weights[empty] == 0), (f"[MASK-9] {impl.id}: fully masked rows must give "
+                                                 f"weights 0, got {got.weights[empty][:2]} ...")
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-9")
+
+
+@pytest.mark.clause("MASK-10")
+@given(spec=case_specs(bias=True, key_padding=True, causal=True))
+def test_all_true_mask_equals_no_mask(impl, op, spec):
+    case = impl.case(spec)
+    ones = np.ones((spec.batch, spec.heads, spec.len_q, spec.len_k), dtype=bool)
+    base, with_mask = run(impl, op, case), run(impl, op, case, mask=impl.arr(ones))
+    out_tol, w_tol = harness.allowance(case, op, impl)
+    harness.expect_close(impl, case, with_mask.out, base.out, allowed=2 * out_tol, clause="MASK-10",
+                         what="all-True mask vs no mask", op=op)
+
+
+@pytest.mark.clause("MASK-11")
+@given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
+def test_boolean_mask_equals_its_minus_inf_bias(impl, op, spec):
+    case = impl.case(spec)
+    as_bias = np.where(case.mask, 0.0, -np.inf)
+    base, biased = run(impl, op, case), run(impl, op, case, mask=None, bias=impl.arr(as_bias))
+    out_tol, w_tol = harness.allowance(case, op, impl)
+    harness.expect_close(impl, case, biased.out, base.out, allowed=2 * out_tol, clause="MASK-11",
+                         what="mask=M vs bias=where(M, 0, -inf)", op=op)
+    if base.weights is not None:
+        harness.expect_close(impl, case, biased.weights, base.weights, allowed=2 * w_tol,
+                             clause="MASK-11", what="weights, mask vs -inf bias", op=op)
+
+
+@pytest.mark.clause("MASK-12")
+@given(spec=case_specs(key_padding=True).map(lambda s: s._replace(key_padding=True))
+       .filter(lambda s: s.len_k > 1))
+def test_values_at_masked_keys_do_not_matter(impl, op, spec):
+    case = impl.case(spec)
+    blocked = ~case.key_padding_mask  # (B, L_k)
+    rng = np.random.default_rng(spec.seed + 2)
+    big = 1e4 if impl.dtype == "float16" else 1e6  # large but finite in the dtype
+    v = np.where(blocked[:, None, :, None], rng.standard_normal(case.v.shape) * big, case.v)
+    if spec.self_attention:
+        spec = spec._replace(self_attention=False)
+        case = case._replace(spec=spec, key=case.query, value=case.query)
+    value = np.where(blocked[:, :, None], rng.standard_normal(case.value.shape) * big, case.value)
+    changed = case._replace(v=v, value=value)
+    base, other = run(impl, op, case), run(impl, op, changed)
+    out_tol, _ = harness.allowance(case, op, impl)
+    harness.expect_close(impl, case, other.out, base.out, allowed=2 * out_tol, clause="MASK-12",
+                         what="output after changing values at masked keys", op=op)

@@ -1,0 +1,51 @@
+"""Chapter MHA: the per-head definition, the batched form, self- and cross-attention, the example."""
+
+import pytest
+from hypothesis import given
+
+from mhaspec.conformance import harness
+from mhaspec.conformance.strategies import REFERENCE_EXAMPLE, case_specs
+
+pytestmark = pytest.mark.requires("mha")
+
+
+@pytest.mark.clause("MHA-1")
+@given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
+def test_mha_equals_the_per_head_definition(impl, spec):
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-1")
+
+
+@pytest.mark.clause("MHA-2")
+@given(spec=case_specs(cross=True, masks=True).filter(lambda s: s.len_q != s.len_k and s.heads > 1))
+def test_all_heads_at_once_agrees_with_head_by_head(impl, spec):
+    """Different L_q and L_k catch keys and values reshaped with the query length."""
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-2")
+
+
+@pytest.mark.clause("MHA-3")
+@given(spec=case_specs(cross=False, masks=True, causal=True))
+def test_self_attention_passes_one_array_three_times(impl, spec):
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-3")
+
+
+@pytest.mark.clause("MHA-4")
+@pytest.mark.requires("cross")
+@given(spec=case_specs(cross=True).filter(
+    lambda s: not s.self_attention and len({s.d_model, s.k_dim, s.v_dim}) > 1))
+def test_cross_attention_with_other_lengths_and_widths(impl, spec):
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-4")
+
+
+@pytest.mark.clause("MHA-5")
+def test_the_source_documents_example(impl):
+    """(32, 50, 512) self-attention with 8 heads -> output (32, 50, 512), weights (32, 8, 50, 50)."""
+    case = impl.case(REFERENCE_EXAMPLE)
+    got = impl.mha(case)
+    assert got.out.shape == (32, 50, 512), f"[MHA-5] output shape {got.out.shape}"
+    if got.weights is not None:
+        assert got.weights.shape == (32, 8, 50, 50), f"[MHA-5] weights shape {got.weights.shape}"
+    harness.expect_oracle(impl, case, got, op="mha", clause="MHA-5")

@@ -1,0 +1,93 @@
+"""Chapter SDPA: the attention equation, its scale, and the symmetries it implies."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from mhaspec.conformance import harness
+from mhaspec.conformance._transform import permute_keys, permute_queries, sub_batch
+from mhaspec.conformance.strategies import case_specs
+
+pytestmark = pytest.mark.requires("sdpa")
+
+
+@pytest.mark.clause("SDPA-1")
+@given(spec=case_specs())
+def test_attention_equals_softmax_of_scaled_logits_times_v(impl, spec):
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="SDPA-1")
+
+
+@pytest.mark.clause("SDPA-2")
+@given(spec=case_specs(custom_scale=True))
+def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(impl, spec):
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="SDPA-2")
+
+
+@pytest.mark.clause("SDPA-3")
+@given(spec=case_specs(cross=True).filter(lambda s: s.d_v != s.d_k))
+def test_value_width_may_differ_from_key_width(impl, spec):
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="SDPA-3")
+
+
+@pytest.mark.clause("SDPA-4")
+@pytest.mark.requires("weights")
+@given(spec=case_specs(masks=True, key_padding=True, causal=True))
+def test_weights_are_the_probabilities_that_multiply_v(impl, spec):
+    case = impl.case(spec)
+    got = impl.sdpa(case)
+    harness.expect_oracle(impl, case, got, op="sdpa", clause="SDPA-4")
+    out_tol, w_tol = harness.allowance(case, "sdpa", impl)
+    v = impl.backend.to_numpy(impl.arr(case.v)).astype(np.float64)
+    harness.expect_close(impl, case, got.out, got.weights.astype(np.float64) @ v,
+                         allowed=2 * out_tol + 2 * w_tol * np.abs(v).sum(axis=-2).max(),
+                         clause="SDPA-4", what="output vs returned weights @ v", op="sdpa")
+    harness.expect_close(impl, case, got.weights.sum(-1), np.ones(got.weights.shape[:-1]),
+                         allowed=2 * w_tol * spec.len_k, clause="SDPA-4",
+                         what="row sums of the weights", op="sdpa")
+
+
+def _perm(spec, n):
+    return np.random.default_rng(spec.seed + 1).permutation(n)
+
+
+@pytest.mark.clause("SDPA-5")
+@given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
+def test_permuting_keys_and_values_jointly_keeps_the_output(impl, spec):
+    case = impl.case(spec)
+    perm = _perm(spec, spec.len_k)
+    base, moved = impl.sdpa(case), impl.sdpa(permute_keys(case, perm))
+    out_tol, w_tol = harness.allowance(case, "sdpa", impl)
+    harness.expect_close(impl, case, moved.out, base.out, allowed=2 * out_tol, clause="SDPA-5",
+                         what="output after permuting keys and values", op="sdpa")
+    if base.weights is not None:
+        harness.expect_close(impl, case, moved.weights, base.weights[..., perm], allowed=2 * w_tol,
+                             clause="SDPA-5", what="weights after permuting keys", op="sdpa")
+
+
+@pytest.mark.clause("SDPA-6")
+@given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
+def test_permuting_queries_permutes_the_output(impl, spec):
+    case = impl.case(spec)
+    perm = _perm(spec, spec.len_q)
+    base, moved = impl.sdpa(case), impl.sdpa(permute_queries(case, perm))
+    out_tol, w_tol = harness.allowance(case, "sdpa", impl)
+    harness.expect_close(impl, case, moved.out, base.out[:, :, perm], allowed=2 * out_tol,
+                         clause="SDPA-6", what="output after permuting queries", op="sdpa")
+    if base.weights is not None:
+        harness.expect_close(impl, case, moved.weights, base.weights[:, :, perm], allowed=2 * w_tol,
+                             clause="SDPA-6", what="weights after permuting queries", op="sdpa")
+
+
+@pytest.mark.clause("SDPA-7")
+@given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True)
+       .filter(lambda s: s.batch > 1))
+def test_batch_items_are_independent(impl, spec):
+    case = impl.case(spec)
+    items = np.arange(1, spec.batch)
+    full, part = impl.sdpa(case), impl.sdpa(sub_batch(case, items))
+    out_tol, _ = harness.allowance(case, "sdpa", impl)
+    harness.expect_close(impl, case, part.out, full.out[items], allowed=2 * out_tol,
+                         clause="SDPA-7", what="sub-batch output vs slice of full output", op="sdpa")

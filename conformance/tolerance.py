@@ -1,0 +1,77 @@
+"""The tolerance rule of spec clause NUM-3, measured per case against the naive algorithm.
+
+    e      = max |y - y*|                 error of the candidate against the float64 oracle
+    e_ref  = max |naive_dtype - y*|       error of the spec's naive algorithm in the same dtype
+    pass  <=>  e <= K * e_ref + C * u * S
+
+``u`` is the dtype's unit roundoff and ``S`` the magnitude scale of the compared quantity. For
+float64 the float64 oracle cannot see the naive algorithm's error, so ``e_ref`` is the float32
+figure times ``u64 / u32`` (first-order error analysis). The reported *ratio* is
+``e / (e_ref + C * u * S / K)``: a case passes iff its ratio is at most ``K``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+K = 8.0
+C = 16.0
+
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
+class Verdict(NamedTuple):
+    """The outcome of one comparison with the oracle."""
+
+    ok: bool
+    error: float
+    ref_error: float
+    allowed: float
+    ratio: float
+    where: tuple[int, ...] | None  # index of the largest error
+
+    def describe(self) -> str:
+        loc = "" if self.where is None else f" at index {self.where}"
+        return (f"max abs error {self.error:.3e}{loc}, allowed {self.allowed:.3e} "
+                f"(naive-algorithm error {self.ref_error:.3e}, ratio {self.ratio:.2f} vs K={K:g})")
+
+
+def max_abs_error(actual: np.ndarray, expected: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
+    """Largest |actual - expected| and its index; any NaN or inf mismatch counts as inf."""
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if actual.shape != expected.shape:
+        raise AssertionError(f"shape {actual.shape} where the spec requires {expected.shape}")
+    if actual.size == 0:
+        return 0.0, None
+    diff = np.abs(actual - expected)
+    same_nonfinite = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+    diff = np.where(same_nonfinite, 0.0, diff)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    idx = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    return float(diff[idx]), tuple(int(i) for i in idx)
+
+
+def reference_error(dtype: str, naive_error: float) -> float:
+    """``e_ref`` for ``dtype`` from the naive algorithm's measured error (float32's for float64)."""
+    if dtype == "float64":
+        return naive_error * UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
+    return naive_error
+
+
+def judge(actual: np.ndarray, expected: np.ndarray, naive: np.ndarray, *, dtype: str,
+          scale: float) -> Verdict:
+    """Apply NUM-3: ``naive`` is the naive algorithm's result in ``dtype`` (float32 for float64)."""
+    error, where = max_abs_error(actual, expected)
+    ref_error = reference_error(dtype, max_abs_error(naive, expected)[0])
+    floor = C * UNIT_ROUNDOFF[dtype] * scale
+    allowed = K * ref_error + floor
+    ratio = error / (ref_error + floor / K) if allowed > 0 else (0.0 if error == 0 else np.inf)
+    return Verdict(bool(error <= allowed), error, ref_error, allowed, float(ratio), where)
+
+
+def naive_precision(dtype: str) -> str:
+    """The precision in which to run the naive algorithm for ``dtype``."""
+    return "float32" if dtype == "float64" else dtype
