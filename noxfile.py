@@ -43,3 +43,30 @@ def conformance(session: nox.Session) -> None:
     install(session, *FRAMEWORKS)
     session.run("pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
                 "--mhaspec-profile", os.environ.get("MHASPEC_PROFILE", "ci"), *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site into site/ (mkdocs --strict); ``nox -s docs -- serve`` serves it."""
+    install(session, groups=("docs",))
+    session.run("cffconvert", "--validate", "--infile", "CITATION.cff")
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session
+def citation(session: nox.Session) -> None:
+    """Validate CITATION.cff against the CFF 1.2.0 schema (tests/test_citation.py)."""
+    install(session, groups=("test", "docs"))
+    session.run("pytest", "tests/test_citation.py", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
+def docs_browser(session: nox.Session) -> None:
+    """Build the site, open the spec page in headless Chromium: typeset math, clause anchors, screenshot."""
+    install(session, groups=("test", "docs"))
+    session.run("mkdocs", "build", "--strict")
+    session.run("pytest", "tests/test_docs_browser.py", "-p", "no:cacheprovider", "-rs",
+                *session.posargs, env={"MHASPEC_DOCS_BROWSER_REQUIRED": "1"})

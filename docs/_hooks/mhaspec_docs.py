@@ -1,0 +1,198 @@
+"""MkDocs hooks for the mhaspec site (registered in ``mkdocs.yml``).
+
+* The site name carries the spec version read from ``spec/clauses.toml``, so it is on every page.
+* ``spec/index.md`` is generated from ``spec/clauses.toml`` at build time; every committed
+  rendering ``spec/mhaspec-<version>.md`` becomes the frozen page ``spec/<version>.md``.
+* LaTeX between ``$...$`` / ``$$...$$`` becomes MathML at build time (``latex2mathml``), so the
+  equations render offline with no script and no CDN. Code spans and blocks are left alone.
+* ``<!-- mhaspec:if-exists PATH -->A<!-- mhaspec:else -->B<!-- mhaspec:end -->`` keeps A when
+  ``docs/PATH`` exists (``{{content}}`` in A is replaced by the file's text) and B otherwise, so
+  the strict build passes whether or not generated files are present.
+* ``build/docs-api/`` is rebuilt as a tree of symlinks that lays the packages out as they are
+  imported (``[tool.setuptools] package-dir`` maps ``mhaspec.backends`` to ``backends/`` and so
+  on), so mkdocstrings can read the API reference statically.
+* ``<!-- mhaspec:clause ID -->`` quotes a clause from the table; ``<!-- mhaspec:versions -->``
+  lists the rendered versions.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import pathlib
+import re
+import shutil
+import tomllib
+
+import mhaspec.spec as spec_pkg
+from latex2mathml.converter import convert as latex_to_mathml
+from mhaspec.spec import load
+from mhaspec.spec.render import render_markdown
+
+SPEC_DIR = pathlib.Path(spec_pkg.__file__).parent
+RENDERED = re.compile(r"mhaspec-(?P<version>\d+(?:\.\d+)*)\.md$")
+
+_CODE_OR_MATH = re.compile(
+    r"(?P<fence>^(?P<ticks>```+|~~~+)[^\n]*\n.*?^(?P=ticks)[ \t]*$)"  # fenced code block
+    r"|(?P<code>(?P<bt>`+)(?!`).+?(?<!`)(?P=bt)(?!`))"                # inline code span
+    r"|\$\$(?P<display>.+?)\$\$"                                      # display math
+    r"|(?<![\\$\w])\$(?P<inline>[^\s$](?:[^$\n]*?[^\s$\\])?)\$(?![\w$])",  # inline math
+    re.S | re.M)
+_TOKEN = "MHASPECMATH{}X"
+_TOKEN_RE = re.compile(r"(<p>)?MHASPECMATH(\d+)X(</p>)?")
+_IF_EXISTS = re.compile(
+    r"<!--\s*mhaspec:if-exists\s+(?P<path>\S+)\s*-->(?P<yes>.*?)"
+    r"<!--\s*mhaspec:else\s*-->(?P<no>.*?)<!--\s*mhaspec:end\s*-->", re.S)
+_CLAUSE = re.compile(r"<!--\s*mhaspec:clause\s+(?P<id>[A-Z]+-\d+)\s*-->")
+_VERSIONS = re.compile(r"<!--\s*mhaspec:versions\s*-->")
+
+_HEADING_WITH_MATH = re.compile(r"^#{1,6} [^\n]*\$", re.M)
+log = logging.getLogger("mkdocs.hooks.mhaspec_docs")
+
+_math_by_page: dict[str, list[tuple[str, bool]]] = {}
+
+
+def rendered_versions() -> list[tuple[str, pathlib.Path]]:
+    """(version, path) of every committed rendering, oldest first."""
+    found = []
+    for path in SPEC_DIR.glob("mhaspec-*.md"):
+        m = RENDERED.search(path.name)
+        if m:
+            found.append((m["version"], path))
+    return sorted(found, key=lambda vp: tuple(int(p) for p in vp[0].split(".")))
+
+
+def _after_title(text: str, insert: str) -> str:
+    title, _, rest = text.partition("\n")
+    return f"{title}\n\n{insert}\n{rest}"
+
+
+def current_spec_page() -> str:
+    spec = load()
+    note = (f"!!! info \"{spec.name} {spec.version}: the current version\"\n"
+            f"    This page is generated from `spec/clauses.toml` when the site is built. Every clause\n"
+            f"    heading carries its id as the HTML anchor, so `spec/#MASK-9` lands on clause MASK-9.\n"
+            f"    Earlier and frozen renderings are listed under [Versions](../versions.md).\n")
+    return _after_title(render_markdown(spec), note)
+
+
+def frozen_spec_page(version: str, path: pathlib.Path) -> str:
+    note = (f"!!! note \"Frozen rendering of mhaspec {version}\"\n"
+            f"    This is the released text of version {version} exactly as committed in\n"
+            f"    `spec/{path.name}`. A released version is never edited in place: see the\n"
+            f"    [errata policy](../errata.md). The current version is [here](index.md).\n")
+    return _after_title(path.read_text(encoding="utf-8"), note)
+
+
+def build_api_source_tree(root: pathlib.Path) -> pathlib.Path:
+    """Symlink tree ``<root>/build/docs-api/<package path>`` from pyproject's package-dir."""
+    with open(root / "pyproject.toml", "rb") as fh:
+        package_dir = tomllib.load(fh)["tool"]["setuptools"]["package-dir"]
+    out = root / "build" / "docs-api"
+    shutil.rmtree(out, ignore_errors=True)
+    for name, rel in sorted(package_dir.items(), key=lambda kv: kv[0].count(".")):
+        source = (root / rel).resolve()
+        target = out.joinpath(*name.split("."))
+        if "." not in name:   # a top-level package: a real directory of links to its files
+            target.mkdir(parents=True)
+            for child in source.iterdir():
+                if child.name != "__pycache__":
+                    (target / child.name).symlink_to(child)
+        else:                 # a mapped subpackage: one link to its directory
+            if target.is_symlink() or target.exists():
+                target.unlink()
+            target.symlink_to(source, target_is_directory=True)
+    return out
+
+
+# mkdocstrings sets up its handler (and its search paths) before any hook's on_config runs, so the
+# tree is written when MkDocs loads this file, which happens while it reads mkdocs.yml.
+build_api_source_tree(pathlib.Path(__file__).resolve().parents[2])
+
+
+# -- MkDocs events ---------------------------------------------------------------------------
+
+def on_config(config, **kwargs):
+    spec = load()
+    config.site_name = f"{spec.name} {spec.version}"
+    config.copyright = (f"{spec.name} specification, version {spec.version}. "
+                        f"Cite a clause as \u201c{spec.name} {spec.version}, clause MASK-3\u201d.")
+    config.extra["spec_version"] = spec.version
+    return config
+
+
+def on_files(files, config, **kwargs):
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, "spec/index.md", content=current_spec_page()))
+    for version, path in rendered_versions():
+        files.append(File.generated(config, f"spec/{version}.md",
+                                    content=frozen_spec_page(version, path)))
+    return files
+
+
+def _versions_table(page_src: str) -> str:
+    spec = load()
+    prefix = "../" * page_src.count("/")
+    rows = ["| version | page | source |", "|---|---|---|",
+            f"| {spec.version} (current) | [spec/]({prefix}spec/index.md) | `spec/clauses.toml` |"]
+    for version, path in reversed(rendered_versions()):
+        rows.append(f"| {version} | [spec/{version}/]({prefix}spec/{version}.md) | `spec/{path.name}` |")
+    return "\n".join(rows)
+
+
+def _clause_quote(clause_id: str) -> str:
+    spec = load()
+    clause = spec.clause(clause_id)
+    body = "\n".join(f"    {line}" if line else "" for line in clause.text.splitlines())
+    return (f"!!! quote \"{spec.name} {spec.version}, clause {clause.id}: {clause.title}\"\n\n"
+            f"{body}\n")
+
+
+def on_page_markdown(markdown, page, config, files, **kwargs):
+    docs_dir = pathlib.Path(config.docs_dir)
+
+    def if_exists(m: re.Match) -> str:
+        target = docs_dir / m["path"]
+        if target.is_file():
+            body = m["yes"]
+            if "{{content}}" in body:
+                body = body.replace("{{content}}", target.read_text(encoding="utf-8"))
+            return body
+        return m["no"]
+
+    markdown = _IF_EXISTS.sub(if_exists, markdown)
+    markdown = _CLAUSE.sub(lambda m: _clause_quote(m["id"]), markdown)
+    markdown = _VERSIONS.sub(lambda m: _versions_table(page.file.src_uri), markdown)
+
+    without_fences = re.sub(r"^(```+|~~~+).*?^\1[ \t]*$", "", markdown, flags=re.S | re.M)
+    for heading in _HEADING_WITH_MATH.findall(without_fences):
+        log.warning("%s: math in a heading is not supported (it would break the anchor and the "
+                    "table of contents): %r", page.file.src_uri, heading)
+
+    stash: list[tuple[str, bool]] = []
+
+    def math(m: re.Match) -> str:
+        if m["fence"] is not None or m["code"] is not None:
+            return m.group(0)
+        display = m["display"] is not None
+        stash.append(((m["display"] if display else m["inline"]).strip(), display))
+        return _TOKEN.format(len(stash) - 1)
+
+    markdown = _CODE_OR_MATH.sub(math, markdown)
+    _math_by_page[page.file.src_uri] = stash
+    return markdown
+
+
+def on_page_content(html_text, page, config, files, **kwargs):
+    stash = _math_by_page.pop(page.file.src_uri, [])
+
+    def put_back(m: re.Match) -> str:
+        tex, display = stash[int(m[2])]
+        mathml = latex_to_mathml(tex, display="block" if display else "inline")
+        mathml = mathml.replace("<math ", f"<math alttext=\"{html.escape(tex)}\" ", 1)
+        if display and m[1] and m[3]:
+            return f'<div class="mhaspec-math">{mathml}</div>'
+        return f"{m[1] or ''}{mathml}{m[3] or ''}"
+
+    return _TOKEN_RE.sub(put_back, html_text)
