@@ -8,10 +8,14 @@ two algorithms chosen by ``variant``:
 
 * ``"perhead"``: the definition (MHA-1), head by head: slice the column block of each projection,
   attend, concatenate. ``split_heads``/``combine_heads`` slice and concatenate.
-* ``"batched"``: the optimisation (MHA-2): one GEMM per projection over ``B*L`` rows, reshape into
+* ``"batched"``: the optimisation (MHA-2): one GEMM per projection over ``B*L`` rows (for
+  self-attention, ``query is key is value``, one GEMM against ``[W_q | W_k | W_v]``), reshape into
   heads, one batched attention over ``(B, h)``, reshape back, one output GEMM.
 
-A framework subclass supplies the primitives (``_matmul`` ... ``_constant``) and conversions.
+A framework subclass supplies the primitives (``_matmul`` ... ``_constant``) and conversions. The
+update primitives (``_iadd`` ... ``_ifill_masked``) receive a temporary the algorithm owns and will
+not read again; by default they return a new array, and a framework with mutable arrays (NumPy) may
+overwrite the temporary instead, which saves the allocations of the (B, h, L_q, L_k) logits.
 """
 
 from __future__ import annotations
@@ -80,6 +84,31 @@ class ArrayBackend(Backend):
     def _constant(self, array: np.ndarray, like):
         """A NumPy constant (a causal mask) as an array on ``like``'s device."""
         raise NotImplementedError
+
+    # -- update primitives: ``x`` is a temporary the caller owns; may be overwritten -------------
+    def _iadd(self, x, y):
+        """``x + y`` (``y`` broadcasts to ``x``)."""
+        return x + y
+
+    def _isub(self, x, y):
+        """``x - y`` (``y`` broadcasts to ``x``)."""
+        return x - y
+
+    def _imul(self, x, y):
+        """``x * y`` (``y`` broadcasts to ``x``)."""
+        return x * y
+
+    def _idiv(self, x, y):
+        """``x / y`` (``y`` broadcasts to ``x``)."""
+        return x / y
+
+    def _iexp(self, x):
+        """``exp(x)``."""
+        return self._exp(x)
+
+    def _ifill_masked(self, x, allowed):
+        """``x`` with ``-inf`` where the boolean ``allowed`` (broadcasting to ``x``) is False."""
+        return self._where(allowed, x, -np.inf)
 
     # -- the four operations ---------------------------------------------------------------------
     def _arg(self, name, x) -> Arg | None:
@@ -150,9 +179,8 @@ class ArrayBackend(Backend):
              key_padding_mask, causal, scale):
         """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (out, weights)."""
         if self.variant == "batched":
-            q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
-            k = self._split(self._linear(key, p.w_k, p.b_k), num_heads)
-            v = self._split(self._linear(value, p.w_v, p.b_v), num_heads)
+            q, k, v = self._project_qkv(query, key, value, p)
+            q, k, v = (self._split(t, num_heads) for t in (q, k, v))
             out, weights = self._sdpa(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale)
             return self._linear(self._combine(out), p.w_o, p.b_o), weights
         d_k = self._shape(p.w_q)[1] // num_heads
@@ -171,6 +199,22 @@ class ArrayBackend(Backend):
             weights.append(w)
         return self._linear(self._concat(heads, axis=-1), p.w_o, p.b_o), self._stack(weights, axis=1)
 
+    def _project_qkv(self, query, key, value, p: MHAParams):
+        """The three input projections of the batched variant. For self-attention (``query is key
+        is value``) with all or none of b_q, b_k, b_v: one GEMM against the column concatenation
+        ``[W_q | W_k | W_v]`` (built per call: a copy of the weights, cheap next to the GEMM), then
+        column slices of the result."""
+        biases = (p.b_q, p.b_k, p.b_v)
+        same_bias = all(b is None for b in biases) or all(b is not None for b in biases)
+        if not (query is key and key is value and same_bias):
+            return (self._linear(query, p.w_q, p.b_q), self._linear(key, p.w_k, p.b_k),
+                    self._linear(value, p.w_v, p.b_v))
+        w = self._concat([p.w_q, p.w_k, p.w_v], axis=1)
+        b = None if p.b_q is None else self._concat(list(biases), axis=0)
+        qkv = self._linear(query, w, b)
+        n_qk, n_v = self._shape(p.w_q)[1], self._shape(p.w_v)[1]
+        return qkv[..., :n_qk], qkv[..., n_qk:2 * n_qk], qkv[..., 2 * n_qk:2 * n_qk + n_v]
+
     def _split(self, x, num_heads):
         b, length, width = self._shape(x)
         return self._transpose(self._reshape(x, (b, length, num_heads, width // num_heads)),
@@ -184,21 +228,21 @@ class ArrayBackend(Backend):
                               (*lead, self._shape(w)[1]))
         else:
             y = self._matmul(x, w)
-        return y if b is None else y + b
+        return y if b is None else self._iadd(y, b)
 
     def _attend(self, q, k, v, allowed, additive, scale):
         """Attention over the last two axes; any leading axes. allowed is boolean or None."""
         logits = self._matmul(q, self._transpose(k, (*range(len(self._shape(k)) - 2), -1, -2)))
-        logits = logits * scale
+        logits = self._imul(logits, scale)
         for term in additive:
-            logits = logits + term
+            logits = self._iadd(logits, term)
         if allowed is not None:
-            logits = self._where(allowed, logits, -np.inf)
+            logits = self._ifill_masked(logits, allowed)
         row_max = self._max_last(logits)
         row_max = self._where(self._isfinite(row_max), row_max, 0.0)
-        e = self._exp(logits - row_max)
+        e = self._iexp(self._isub(logits, row_max))
         total = self._sum_last(e)
-        weights = e / self._where(total != 0, total, 1.0)
+        weights = self._idiv(e, self._where(total != 0, total, 1.0))
         return self._matmul(weights, v), weights
 
     def _additive(self, bias, legacy_mask):

@@ -1,4 +1,8 @@
-"""The NumPy backend: per-head and batched variants, CPU, float64 / float32 / float16."""
+"""The NumPy backend: per-head and batched variants, CPU, float64 / float32 / float16.
+
+The softmax runs in place on the logits (the update primitives of ``ArrayBackend``), so the
+batched variant holds one (B, h, L_q, L_k) array, which becomes the returned weights.
+"""
 
 from __future__ import annotations
 
@@ -60,6 +64,26 @@ class NumpyBackend(ArrayBackend):
 
     def _constant(self, array: np.ndarray, like):
         return array
+
+    # in place: the algorithm hands these a temporary it owns (see ArrayBackend)
+    def _iadd(self, x, y):
+        return np.add(x, y, out=x)
+
+    def _isub(self, x, y):
+        return np.subtract(x, y, out=x)
+
+    def _imul(self, x, y):
+        return np.multiply(x, y, out=x)
+
+    def _idiv(self, x, y):
+        return np.divide(x, y, out=x)
+
+    def _iexp(self, x):
+        return np.exp(x, out=x)
+
+    def _ifill_masked(self, x, allowed):
+        np.copyto(x, -np.inf, where=np.logical_not(allowed))
+        return x
 
 
 PER_HEAD = NumpyBackend("perhead")
