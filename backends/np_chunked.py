@@ -6,7 +6,8 @@ Projections, head split and validation are those of the batched NumPy backend. A
 keys in blocks of ``block_k`` (and the queries in blocks of ``block_q``) keeping, per query row, a
 running maximum ``m``, a running sum ``l`` of ``exp(logit - m)`` and an unnormalised output
 ``acc``; when a block raises the maximum, ``l`` and ``acc`` are rescaled by ``exp(m_old - m_new)``.
-The output is ``acc / l`` (0 where the row's allowed set is empty, MASK-9). Only one
+The output is ``acc / l`` (0 where the row's allowed set is empty, MASK-9); ``l`` comes out of
+the PV matmul as the product with a column of ones appended to v. Only one
 (B, h, block_q, block_k) block of logits exists at a time, and masks are cut into blocks as needed:
 the causal mask is never built in full, and key blocks a causal mask blocks entirely are skipped.
 
@@ -94,21 +95,24 @@ class ChunkedNumpyBackend(NumpyBackend):
         """q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v) -> (out (..., L_q, d_v), None)."""
         out_dtype = q.dtype
         work = np.promote_types(out_dtype, np.float32)
-        q, k, v = (np.asarray(t, dtype=work) for t in (q, k, v))
-        additive = [np.asarray(t, dtype=work) for t in additive]
-        lead, len_q, len_k = q.shape[:-2], q.shape[-2], k.shape[-2]
-        lead_full = np.broadcast_shapes(lead, k.shape[:-2], v.shape[:-2])
-        out = np.zeros((*lead_full, len_q, v.shape[-1]), dtype=work)
+        lead, len_q, len_k, d_v = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
+        lead = np.broadcast_shapes(lead, k.shape[:-2], v.shape[:-2])
         if len_k == 0:
-            return out.astype(out_dtype, copy=False), None
-        block_q, block_k = self._blocks(int(np.prod(lead_full, dtype=np.int64)), len_q, len_k)
-        k_t = np.swapaxes(k, -1, -2)
+            return np.zeros((*lead, len_q, d_v), dtype=out_dtype), None
+        # a column of ones after v makes the PV matmul also return the row sums of the exponentials
+        q = np.asarray(q, dtype=work)
+        k_t = np.swapaxes(np.asarray(k, dtype=work), -1, -2)
+        v1 = np.empty((*lead, len_k, d_v + 1), dtype=work)
+        v1[..., :d_v] = v
+        v1[..., d_v] = 1.0
+        additive = [np.asarray(t, dtype=work) for t in additive]
+        out = np.empty((*lead, len_q, d_v), dtype=work)
+        block_q, block_k = self._blocks(int(np.prod(lead, dtype=np.int64)), len_q, len_k)
         for q0 in range(0, len_q, block_q):
             qs = slice(q0, min(q0 + block_q, len_q))
             q_blk = q[..., qs, :]
-            row_max = np.full((*lead_full, qs.stop - qs.start, 1), -np.inf, dtype=work)
-            row_sum = np.zeros_like(row_max)
-            acc = out[..., qs, :]  # a view: the block's output is accumulated in place
+            row_max = np.full((*lead, qs.stop - qs.start, 1), -np.inf, dtype=work)
+            acc = np.zeros((*lead, qs.stop - qs.start, d_v + 1), dtype=work)  # [sum_j p v_j | sum_j p]
             for k0 in range(0, len_k, block_k):
                 ks = slice(k0, min(k0 + block_k, len_k))
                 if allowed is not None and allowed.skips(qs, ks):
@@ -125,13 +129,11 @@ class ChunkedNumpyBackend(NumpyBackend):
                 logits -= shift
                 np.exp(logits, out=logits)
                 # rescale what was accumulated under the old maximum (exp(-inf) = 0 before any key)
-                correction = np.exp(row_max - shift)
-                row_sum *= correction
-                row_sum += logits.sum(axis=-1, keepdims=True)
-                acc *= correction
-                acc += np.matmul(logits, v[..., ks, :])
+                acc *= np.exp(row_max - shift)
+                acc += np.matmul(logits, v1[..., ks, :])
                 row_max = new_max
-            acc /= np.where(row_sum != 0, row_sum, 1.0).astype(work, copy=False)
+            total = acc[..., d_v:]
+            np.divide(acc[..., :d_v], np.where(total != 0, total, 1.0), out=out[..., qs, :])
         return out.astype(out_dtype, copy=False), None
 
 
