@@ -1,0 +1,71 @@
+"""Helpers shared by the adapters for the frameworks' own attention ops.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_model query width, k_dim / v_dim key / value
+widths, d_k / d_v per-head widths, d_out output width.
+
+The adapters (:mod:`.torch_native`, :mod:`.jax_native`, :mod:`.keras_native`) subclass a framework
+backend of this package for its conversions (``asarray``, ``to_numpy``, devices, dtypes) and its
+validated entry points (``scaled_dot_product_attention`` / ``multi_head_attention`` validate with
+:mod:`._validate`, then call ``_sdpa`` / ``_mha``), and override ``_sdpa`` / ``_mha`` to call the
+native op. These helpers hold the parts of that conversion that do not depend on the framework.
+"""
+
+from __future__ import annotations
+
+import math
+
+LEGACY_MASK_VALUE = -1e9  # MASK-3: the source document's constant
+
+
+class NativeMixin:
+    """Members common to every native adapter; mix in before the framework backend."""
+
+    #: The native op the adapter calls, for messages and the certificate.
+    native_op: str = ""
+
+    def __init__(self, name: str):
+        self.variant = "native"
+        self.name = name
+
+    def split_heads(self, x, num_heads: int):
+        raise NotImplementedError(f"{self.name}: {self.native_op} has no split_heads")
+
+    def combine_heads(self, x):
+        raise NotImplementedError(f"{self.name}: {self.native_op} has no combine_heads")
+
+    def _unsupported(self, what: str):
+        raise NotImplementedError(f"{self.name}: {self.native_op} cannot express {what}")
+
+    def _rank4(self, m):
+        """Left-pad a mask/bias broadcastable to (B, h, L_q, L_k) to rank 4."""
+        if m is None:
+            return None
+        shape = self._shape(m)
+        return self._reshape(m, (1,) * (4 - len(shape)) + shape) if len(shape) < 4 else m
+
+    def _allowed_rank4(self, len_q, len_k, like, mask, key_padding_mask, causal):
+        """AND of the boolean masks (MASK-1, 5, 6, 7, 8) as rank 4, or None."""
+        return self._rank4(self._combine_masks(len_q, len_k, like, mask, key_padding_mask, causal))
+
+    def _additive_sum(self, bias, legacy_mask, dtype_like):
+        """bias + legacy_mask * -1e9 (MASK-2, MASK-3) in ``dtype_like``'s dtype, rank 4, or None."""
+        terms = self._additive(bias, legacy_mask)
+        if not terms:
+            return None
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return self._rank4(self._cast_like(total, dtype_like))
+
+    def _cast_like(self, x, like):
+        raise NotImplementedError
+
+
+def is_default_scale(scale: float, d_k: int) -> bool:
+    """Whether ``scale`` (already defaulted by the validated entry point) is 1/sqrt(d_k)."""
+    return math.isclose(scale, 1.0 / math.sqrt(d_k), rel_tol=1e-12, abs_tol=0.0)
+
+
+def native_causal_is_top_left(causal, len_q: int, len_k: int) -> bool:
+    """The frameworks' causal flags are top-left (MASK-6); bottom-right equals it iff L_q == L_k."""
+    return causal == "top_left" or (causal == "bottom_right" and len_q == len_k)

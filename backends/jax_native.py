@@ -1,0 +1,109 @@
+"""Adapters for ``jax.nn.dot_product_attention`` (``implementation="xla"``), eager and under
+``jax.jit``.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
+
+Inputs are validated with :mod:`._validate` (through :class:`~.jax_backend.JaxBackend`'s entry point)
+before anything reaches JAX, then converted:
+
+* layout: the spec's ``(B, h, L, d)`` is transposed to JAX's ``BTNH`` ``(B, L, h, d)`` and the
+  result back;
+* ``d_v != d_k`` (SDPA-3): the op requires ``value.shape == key.shape``, so the narrower of ``q``/``k``
+  and ``v`` is zero-padded on the last axis, ``scale`` is passed explicitly, and the output is sliced
+  back to ``d_v``. Zero columns add exact zeros to every dot product, so this is exact;
+* boolean masks (``mask``, ``key_padding_mask`` as ``[:, None, None, :]``, bottom-right causal) are
+  ANDed into ``mask`` (rank 4, True = may attend, the spec's polarity);
+* ``bias`` and ``legacy_mask * -1e9`` are added into ``bias`` (rank 4, in the inputs' dtype);
+* causal top-left, and bottom-right when ``L_q == L_k``, use ``is_causal=True`` (JAX's flag is
+  top-left); bottom-right with ``L_q != L_k`` is an explicit boolean mask;
+* matmuls run under ``jax.default_matmul_precision("highest")`` (NUM-2);
+* the op returns no attention weights: ``None``, and "weights" is not claimed.
+
+Observed with jax 0.10 (XLA, CPU): a row whose keys are all excluded by ``mask`` / causal / key
+padding gets the *mean of V* (masked logits are set to the dtype's lowest finite value, so the row's
+softmax is uniform); a row excluded by ``-inf`` in ``bias`` gets NaN. Both are declared against
+MASK-9, and the difference between them against MASK-11. The op evaluates the softmax in float32
+whatever the input dtype, so float64 results have float32 accuracy (declared against NUM-3).
+"""
+
+from __future__ import annotations
+
+from ._native_common import NativeMixin, native_causal_is_top_left
+from .jax_backend import JaxBackend, _jax, _jnp
+
+_DEVIATIONS = {
+    "NUM-3": "float64 inputs lose precision: the op always evaluates the softmax in float32 "
+             "(errors ~1e-7 against the float64 oracle)",
+    "MASK-9": "fully masked row -> mean of V when masked by mask/causal/key padding (masked logits "
+              "become the dtype's lowest finite value), NaN when masked by -inf bias",
+    "MASK-11": "a fully masked row differs between mask=M (mean of V) and "
+               "bias=where(M, 0, -inf) (NaN); rows with an allowed key agree",
+}
+
+
+class JaxDPA(NativeMixin, JaxBackend):
+    """``jax.nn.dot_product_attention`` behind the spec's SDPA."""
+
+    framework = "jax"
+    native_op = "jax.nn.dot_product_attention"
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors"})
+    deviations = _DEVIATIONS
+
+    def __init__(self, name: str = "jax-dpa"):
+        NativeMixin.__init__(self, name)
+
+    def _cast_like(self, x, like):
+        return x.astype(like.dtype)
+
+    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+        return self._native_sdpa(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal,
+                                 scale), None
+
+    def _native_sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+        jax, jnp = _jax(), _jnp()
+        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
+        d_k, d_v = self._shape(q)[3], self._shape(v)[3]
+        is_causal = causal is not None and native_causal_is_top_left(causal, len_q, len_k)
+        allowed = self._allowed_rank4(len_q, len_k, q, mask, key_padding_mask,
+                                      None if is_causal else causal)
+        additive = self._additive_sum(bias, legacy_mask, q)
+        width = max(d_k, d_v)
+
+        def btnh(x):
+            x = jnp.transpose(x, (0, 2, 1, 3))
+            pad = width - x.shape[3]
+            return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, pad))) if pad else x
+
+        with jax.default_matmul_precision("highest"):
+            out = jax.nn.dot_product_attention(btnh(q), btnh(k), btnh(v), bias=additive,
+                                               mask=allowed, scale=scale, is_causal=is_causal,
+                                               implementation="xla")
+        return jnp.transpose(out[..., :d_v], (0, 2, 1, 3))
+
+    def _mha(self, *args):
+        self._unsupported("multi-head attention (it is the attention kernel only)")
+
+
+class JitJaxDPA(JaxDPA):
+    """The same call compiled with ``jax.jit`` (one compilation per shape, mask set and scale)."""
+
+    def __init__(self, name: str = "jax-dpa-jit"):
+        super().__init__(name)
+        self._jitted = None
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        # Under jit the op's float16 dot (precision F16_F16_F32) fails to compile on CPU; the eager
+        # call falls back to the default precision.
+        if device == "cpu":
+            return ("float64", "float32", "bfloat16")
+        return super().dtypes(device)
+
+    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+        if self._jitted is None:
+            self._jitted = _jax().jit(self._native_sdpa, static_argnums=(7, 8))
+        return self._jitted(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal,
+                            scale), None
+
+
+DPA = JaxDPA("jax-dpa")
+DPA_JIT = JitJaxDPA("jax-dpa-jit")

@@ -1,0 +1,201 @@
+"""Adapters for PyTorch's own attention ops: ``F.scaled_dot_product_attention`` and
+``nn.MultiheadAttention``.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_model query width, k_dim / v_dim key / value
+widths, d_k / d_v per-head widths, d_out output width.
+
+Both adapters validate with :mod:`._validate` (through :class:`~.torch_backend.TorchBackend`'s entry
+points) before anything reaches torch, so the ERR clauses hold, then convert the spec's arguments:
+
+``torch-sdpa`` (:data:`SDPA`), ``torch.nn.functional.scaled_dot_product_attention``:
+    * layout is the spec's ``(B, h, L, d)``; ``scale=`` is passed through;
+    * boolean masks (``mask``, ``key_padding_mask`` as ``[:, None, None, :]``, causal) are ANDed and
+      passed as a boolean ``attn_mask``, whose polarity is the spec's (True = may attend);
+    * ``bias`` and ``legacy_mask * -1e9`` are added and passed as a float ``attn_mask``; with boolean
+      masks as well, the float mask is ``where(allowed, bias, -inf)``;
+    * causal top-left (and bottom-right when ``L_q == L_k``) with no other mask uses
+      ``is_causal=True``; bottom-right with ``L_q < L_k`` alone uses
+      ``torch.nn.attention.bias.causal_lower_right``; otherwise (bottom-right with ``L_q > L_k``,
+      whose first rows are fully masked and for which torch warns that ``CausalBias`` may give NaN,
+      or causal combined with other masks: ``is_causal`` cannot be combined with ``attn_mask``) the
+      causal mask is an explicit boolean mask;
+    * SDPA returns no attention weights: the adapter returns ``None`` and does not claim "weights".
+    Observed with torch 2.13 on CPU: a fully masked row gives 0 (safe softmax), as MASK-9 asks.
+
+``torch-mha`` (:data:`MHA`), ``torch.nn.MultiheadAttention`` (``batch_first=True``, dropout 0, eval,
+``need_weights=True``, ``average_attn_weights=False`` so weights are per head, SHAPE-2):
+    * parameters: torch's ``nn.Linear`` stores ``(out, in)``, so every weight is the spec's transpose;
+      with ``k_dim == v_dim == d_model`` they are packed as
+      ``in_proj_weight = cat([W_q.T, W_k.T, W_v.T])``, otherwise ``kdim``/``vdim`` are set and
+      ``q_proj_weight``/``k_proj_weight``/``v_proj_weight`` hold ``W_q.T``/``W_k.T``/``W_v.T``;
+      ``out_proj.weight = W_o.T``; ``in_proj_bias = cat([b_q, b_k, b_v])``, ``out_proj.bias = b_o``.
+      torch has one ``bias`` switch; an absent spec bias is zero (PARAM-1), so a partial set of
+      biases is passed with zeros in place of the absent ones;
+    * **mask polarity is inverted**: torch's boolean ``attn_mask`` and ``key_padding_mask`` mean
+      True = *blocked*, the spec's True = may attend (MASK-1, MASK-5). The adapter passes
+      ``key_padding_mask = ~kpm`` and ``attn_mask = ~(mask & causal)``, as ``(L_q, L_k)`` when the
+      mask has no batch or head axis, else broadcast to ``(B*h, L_q, L_k)`` (batch-major, the layout
+      torch reshapes its heads into). With ``bias``/``legacy_mask`` the attn_mask is the float
+      ``where(allowed, bias, -inf)`` and the key padding the float ``where(kpm, 0, -inf)``;
+    * causal goes through ``attn_mask`` (torch's ``is_causal`` is only a hint that needs it);
+    * what cannot be expressed raises ``NotImplementedError``: ``h*d_k != d_model``,
+      ``h*d_v != d_model`` or ``d_out != d_model`` (torch ties every width to ``embed_dim``, so
+      cross-attention with ``d_v != d_k`` and ``d_out != d_model`` — MHA-4 — is not claimed), and a
+      scale other than ``1/sqrt(d_k)`` (torch has no scale argument).
+    Observed with torch 2.13 on CPU: with ``need_weights=True`` a fully masked row gives NaN output
+    and NaN weights (declared against MASK-9).
+"""
+
+from __future__ import annotations
+
+from ._base import MHAParams
+from ._native_common import NativeMixin, is_default_scale, native_causal_is_top_left
+from .torch_backend import TorchBackend, _torch
+
+
+class _TorchNative(NativeMixin, TorchBackend):
+    framework = "torch"
+
+    def __init__(self, name: str):
+        NativeMixin.__init__(self, name)
+
+    def _cast_like(self, x, like):
+        return x.to(dtype=like.dtype, device=like.device)
+
+    def _neg_inf_where_blocked(self, allowed, additive, like):
+        """Float mask: ``additive`` (or 0) where allowed, -inf elsewhere."""
+        torch = _torch()
+        zero = torch.zeros((), dtype=like.dtype, device=like.device)
+        base = zero if additive is None else additive
+        if allowed is None:
+            return base
+        return torch.where(allowed, base, torch.tensor(float("-inf"), dtype=like.dtype,
+                                                       device=like.device))
+
+
+class TorchSDPA(_TorchNative):
+    """``torch.nn.functional.scaled_dot_product_attention`` behind the spec's SDPA."""
+
+    native_op = "torch.nn.functional.scaled_dot_product_attention"
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors"})
+    deviations: dict[str, str] = {}
+
+    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+        torch = _torch()
+        F = torch.nn.functional
+        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
+        additive = self._additive_sum(bias, legacy_mask, q)
+        only_causal = mask is None and key_padding_mask is None and additive is None
+        kwargs = {}
+        if causal is not None and only_causal:
+            if native_causal_is_top_left(causal, len_q, len_k):
+                kwargs["is_causal"] = True
+                causal = None
+            elif len_q < len_k:
+                from torch.nn.attention.bias import causal_lower_right
+
+                kwargs["attn_mask"] = causal_lower_right(len_q, len_k)
+                causal = None
+        allowed = self._allowed_rank4(len_q, len_k, q, mask, key_padding_mask, causal)
+        if additive is not None:
+            kwargs["attn_mask"] = self._neg_inf_where_blocked(allowed, additive, q)
+        elif allowed is not None:
+            kwargs["attn_mask"] = allowed
+        with torch.no_grad():
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=scale, **kwargs)
+        return out, None
+
+    def _mha(self, *args):
+        self._unsupported("multi-head attention (it is the attention kernel only)")
+
+
+class TorchMHA(_TorchNative):
+    """``torch.nn.MultiheadAttention`` behind the spec's multi-head attention."""
+
+    native_op = "torch.nn.MultiheadAttention"
+    capabilities = frozenset({"mha", "weights", "masks", "causal", "legacy_mask", "errors"})
+    deviations = {
+        "MASK-9": "fully masked row -> NaN output and NaN weights (need_weights=True path "
+                  "softmaxes a row of -inf)",
+    }
+
+    def _sdpa(self, *args):
+        self._unsupported("scaled dot-product attention on its own (it is a module with "
+                          "projections)")
+
+    def _module(self, p: MHAParams, num_heads: int, like):
+        """An nn.MultiheadAttention holding the spec's parameters (PARAM-1, PARAM-2)."""
+        torch = _torch()
+        d_model, hd_k = self._shape(p.w_q)
+        k_dim, v_dim = self._shape(p.w_k)[0], self._shape(p.w_v)[0]
+        hd_v, d_out = self._shape(p.w_o)
+        if hd_k != d_model or hd_v != d_model or d_out != d_model:
+            self._unsupported(
+                f"h*d_k = {hd_k}, h*d_v = {hd_v}, d_out = {d_out} with d_model = {d_model}: "
+                f"every projection width must equal embed_dim = d_model")
+        has_bias = any(b is not None for b in (p.b_q, p.b_k, p.b_v, p.b_o))
+        dt, dev = like.dtype, like.device
+        mod = torch.nn.MultiheadAttention(d_model, num_heads, dropout=0.0, bias=has_bias,
+                                          kdim=k_dim, vdim=v_dim, batch_first=True,
+                                          device=dev, dtype=dt)
+        mod.eval()
+
+        def t(w):
+            return w.to(dtype=dt, device=dev).T
+
+        def b_or_zero(b, n):
+            return torch.zeros(n, dtype=dt, device=dev) if b is None else b.to(dtype=dt, device=dev)
+
+        with torch.no_grad():
+            if mod._qkv_same_embed_dim:
+                mod.in_proj_weight.copy_(torch.cat([t(p.w_q), t(p.w_k), t(p.w_v)], dim=0))
+            else:
+                mod.q_proj_weight.copy_(t(p.w_q))
+                mod.k_proj_weight.copy_(t(p.w_k))
+                mod.v_proj_weight.copy_(t(p.w_v))
+            mod.out_proj.weight.copy_(t(p.w_o))
+            if has_bias:
+                mod.in_proj_bias.copy_(torch.cat([b_or_zero(p.b_q, d_model),
+                                                  b_or_zero(p.b_k, d_model),
+                                                  b_or_zero(p.b_v, d_model)]))
+                mod.out_proj.bias.copy_(b_or_zero(p.b_o, d_model))
+        return mod
+
+    def _mha(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
+             key_padding_mask, causal, scale):
+        torch = _torch()
+        d_k = self._shape(p.w_q)[1] // num_heads
+        if not is_default_scale(scale, d_k):
+            self._unsupported(f"scale = {scale!r} (it always uses 1/sqrt(d_k) = "
+                              f"{1 / d_k ** 0.5!r})")
+        mod = self._module(p, num_heads, query)
+        b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
+        allowed = self._allowed_rank4(len_q, len_k, query, mask, None, causal)
+        additive = self._additive_sum(bias, legacy_mask, query)
+        kwargs = {}
+        attn = None
+        if additive is not None:
+            attn = self._neg_inf_where_blocked(allowed, additive, query)
+            if key_padding_mask is not None:
+                kwargs["key_padding_mask"] = self._neg_inf_where_blocked(
+                    key_padding_mask, None, query).expand(b, len_k)
+        else:
+            if allowed is not None:
+                attn = ~allowed  # torch: True = blocked
+            if key_padding_mask is not None:
+                kwargs["key_padding_mask"] = ~key_padding_mask  # torch: True = blocked
+        if attn is not None:
+            lead = tuple(self._shape(attn)[:2])
+            if lead == (1, 1):
+                attn = attn.expand(1, 1, len_q, len_k)[0, 0]
+            else:
+                attn = attn.expand(b, num_heads, len_q, len_k).reshape(b * num_heads, len_q, len_k)
+            kwargs["attn_mask"] = attn
+        with torch.no_grad():
+            out, weights = mod(query, key, value, need_weights=True, average_attn_weights=False,
+                               **kwargs)
+        return out, weights
+
+
+SDPA = TorchSDPA("torch-sdpa")
+MHA = TorchMHA("torch-mha")
