@@ -70,3 +70,12 @@ def docs_browser(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict")
     session.run("pytest", "tests/test_docs_browser.py", "-p", "no:cacheprovider", "-rs",
                 *session.posargs, env={"MHASPEC_DOCS_BROWSER_REQUIRED": "1"})
+
+
+@nox.session(tags=["bench"], default=False)
+def bench(session: nox.Session) -> None:
+    """Time and peak memory of every in-repo backend and PyTorch's fused references (CPU, float32):
+    the source's size and a sweep of L. Writes results/bench/ and docs/generated/bench.{md,png};
+    ``nox -s bench -- --quick`` for a short run, ``-- --help`` for the options."""
+    install(session, "torch", "jax", "tensorflow", groups=("bench",))
+    session.run("python", "-m", "mhaspec.bench", *session.posargs)
