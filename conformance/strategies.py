@@ -12,6 +12,7 @@ thousands of floats. Sizes come from short fixed menus so compiled variants (``j
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -83,8 +84,11 @@ class Case(NamedTuple):
                 "scale": self.spec.scale}
 
 
+@functools.lru_cache(maxsize=256)
 def build_case(spec: CaseSpec) -> Case:
-    """Deterministic float64 arrays for ``spec`` (the same spec always gives the same arrays)."""
+    """Deterministic float64 arrays for ``spec`` (the same spec always gives the same arrays).
+
+    Cached: callers must not modify the arrays in place (derive new cases with ``_replace``)."""
     rng = np.random.default_rng(spec.seed)
     b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
     # q.k products have standard deviation logit_scale (times sqrt(d_k) * scale ~ 1)
@@ -117,7 +121,11 @@ def build_case(spec: CaseSpec) -> Case:
     if spec.key_padding:
         kpm = rng.random((b, lk)) < 0.75
         kpm[:, 0] = True
-    return Case(spec, q, k, v, query, key, value, params, mask, bias, legacy, kpm)
+    case = Case(spec, q, k, v, query, key, value, params, mask, bias, legacy, kpm)
+    for array in (*case[1:7], *params, mask, bias, legacy, kpm):
+        if array is not None:
+            array.flags.writeable = False  # shared through the cache
+    return case
 
 
 def _params(rng: np.random.Generator, spec: CaseSpec, amp: float) -> oracle.Params:

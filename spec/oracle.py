@@ -159,7 +159,7 @@ def combine_heads(y):
 
 def _project(x, w, b, cols: slice, ar: _Arith):
     """x (B, L, in) @ w[:, cols] + b[cols] -> (B, L, len(cols)), in the working precision."""
-    y = ar.rnd(x @ w[:, cols])
+    y = ar.rnd(x @ np.ascontiguousarray(w[:, cols]))
     return y if b is None else ar.rnd(y + b[cols])
 
 
