@@ -12,6 +12,8 @@ arrays, call it, check the results live on the requested device, and return NumP
 from __future__ import annotations
 
 import contextvars
+import pathlib
+import re
 import functools
 from typing import Any, NamedTuple
 
@@ -25,6 +27,10 @@ from .strategies import Case, CaseSpec, build_case
 
 #: The pytest item being run; the plugin sets it so results can be recorded on the item.
 current_item: contextvars.ContextVar[Any] = contextvars.ContextVar("mhaspec_current_item", default=None)
+#: backend name -> the reference it was loaded from (for reproducers); set by the plugin.
+BACKEND_REFS: dict[str, str] = {}
+#: where failing cases are saved as .npz (``--mhaspec-failures``); None: not saved.
+failures_dir: pathlib.Path | None = None
 
 
 class Result(NamedTuple):
@@ -49,10 +55,8 @@ class Impl(NamedTuple):
         return f"{self.backend.name}-{self.device}-{self.dtype}"
 
     def case(self, spec: CaseSpec) -> Case:
-        """The arrays of ``spec`` for this dtype: float16 drops the legacy mask (an error, ERR-9)."""
-        if self.dtype == "float16" and spec.legacy_shape is not None:
-            spec = spec._replace(legacy_shape=None)
-        return build_case(spec)
+        """The arrays of ``spec``, fitted to what this backend claims and to this dtype."""
+        return build_case(fit(spec, frozenset(self.backend.capabilities), self.dtype))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean); None stays None."""
@@ -69,6 +73,9 @@ class Impl(NamedTuple):
         return kw
 
     def _result(self, out, weights) -> Result:
+        item = current_item.get()
+        if item is not None:
+            item.mhaspec_calls = getattr(item, "mhaspec_calls", 0) + 1
         for x in (out, weights):
             if x is not None and self.device != "cpu":
                 on = self.backend.device_of(x)
@@ -93,6 +100,25 @@ class Impl(NamedTuple):
         kw = {**self.masks(case), **overrides}
         return self._result(*self.backend.multi_head_attention(
             query, key, value, params, num_heads=case.spec.heads, **kw))
+
+
+def fit(spec: CaseSpec, capabilities: frozenset, dtype: str) -> CaseSpec:
+    """Drop the optional features of ``spec`` a backend does not claim (they are reported "not
+    implemented" by the tests that need them) and the legacy mask in float16 (an error, ERR-9)."""
+    if spec.legacy_shape is not None and ("legacy_mask" not in capabilities or dtype == "float16"):
+        spec = spec._replace(legacy_shape=None)
+    if spec.bias_shape is not None and "bias" not in capabilities:
+        spec = spec._replace(bias_shape=None)
+    if spec.scale is not None and "scale" not in capabilities:
+        spec = spec._replace(scale=None)
+    if spec.causal is not None and "causal" not in capabilities:
+        spec = spec._replace(causal=None)
+    if (spec.mask_shape is not None or spec.key_padding) and "masks" not in capabilities:
+        spec = spec._replace(mask_shape=None, key_padding=False)
+    if "cross" not in capabilities and not spec.self_attention:
+        width = spec.heads * spec.d_k
+        spec = spec._replace(d_v=spec.d_k, d_model=width, k_dim=width, v_dim=width, d_out=width)
+    return spec
 
 
 def oracle_result(case: Case, op: str, precision: str = "float64", **overrides) -> Result:
@@ -133,9 +159,26 @@ def record_ratio(clause: str, ratio: float) -> None:
 def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = None) -> str:
     """Python a user can paste to replay exactly this case on this backend."""
     extra = f", overrides={overrides!r}" if overrides else ""
-    return ("from mhaspec.conformance.replay import replay\n"
-            f"replay({impl.backend.name!r}, {op!r}, {spec!r}, device={impl.device!r}, "
+    ref = BACKEND_REFS.get(impl.backend.name, impl.backend.name)
+    return ("from mhaspec.conformance.strategies import CaseSpec\n"
+            "from mhaspec.conformance.replay import replay\n"
+            f"replay({ref!r}, {op!r}, {spec!r}, device={impl.device!r}, "
             f"dtype={impl.dtype!r}{extra})")
+
+
+def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict) -> str:
+    """Save the failing case's arrays for ``mhaspec replay`` when a failures directory is set."""
+    if failures_dir is None:
+        return ""
+    from .replay import save_case
+
+    item = current_item.get()
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name if item is not None else clause)
+    path = save_case(failures_dir / f"{stem}.npz", impl, case, op=op, clause=clause,
+                     backend_ref=BACKEND_REFS.get(impl.backend.name, impl.backend.name),
+                     overrides=overrides)
+    ref = BACKEND_REFS.get(impl.backend.name, impl.backend.name)
+    return f"\nor: mhaspec replay {path} --backend {ref}"
 
 
 def allowance(case: Case, op: str, impl: Impl, expected: Result | None = None) -> tuple[float, float]:
@@ -161,10 +204,11 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
         verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=scale)
         record_ratio(clause, verdict.ratio)
         if not verdict.ok:
+            saved = save_failure(impl, case, op, clause, overrides)
             raise AssertionError(
                 f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what} "
                 f"differs from the float64 oracle: {verdict.describe()}\n"
-                f"reproduce with:\n{reproducer(impl, op, case.spec, overrides)}")
+                f"reproduce with:\n{reproducer(impl, op, case.spec, overrides)}" + saved)
 
 
 def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, allowed: float,

@@ -54,6 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Hypothesis profile: dev (default), ci (derandomized) or certify")
     group.addoption("--mhaspec-report", default=None, metavar="FILE",
                     help="write every result (clause, backend, device, dtype, outcome) as JSON")
+    group.addoption("--mhaspec-failures", default=None, metavar="DIR",
+                    help="save each failing case as DIR/<test>.npz for `mhaspec replay`")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -64,21 +66,22 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.load_profile(f"mhaspec-{profile}")
     config.stash[RESULTS_KEY] = []
     config.stash[BACKENDS_KEY] = _backends(config)
+    failures = config.getoption("--mhaspec-failures")
+    harness.failures_dir = pathlib.Path(failures) if failures else None
 
 
 def _backends(config: pytest.Config) -> list:
     refs = config.getoption("--backend")
-    if refs:
-        try:
-            return [load_backend(r) for r in refs]
-        except BackendLoadError as exc:
-            raise pytest.UsageError(str(exc)) from None
     loaded = []
-    for name in registered_backends():
+    for ref in refs or registered_backends():
         try:
-            loaded.append(load_backend(name))
-        except BackendLoadError:
+            backend = load_backend(ref)
+        except BackendLoadError as exc:
+            if refs:
+                raise pytest.UsageError(str(exc)) from None
             continue  # framework not installed: `--backend` it explicitly to see why
+        harness.BACKEND_REFS[backend.name] = ref
+        loaded.append(backend)
     return loaded
 
 
@@ -158,7 +161,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if impl is not None and clauses:
         report.user_properties.append(("mhaspec", {
             "backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
-            "clauses": clauses, "ratios": getattr(item, "mhaspec_ratios", {})}))
+            "clauses": clauses, "ratios": getattr(item, "mhaspec_ratios", {}),
+            "calls": getattr(item, "mhaspec_calls", 0)}))
     return report
 
 
@@ -185,6 +189,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     entry = {**info, "test": report.nodeid.split("::")[-1], "outcome": outcome,
              "duration": report.duration}
+    if outcome in ("fail", "stale-deviation"):
+        entry["message"] = report.longreprtext[-4000:]
     _RESULTS.append(entry)
 
 

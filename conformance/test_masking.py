@@ -42,6 +42,7 @@ def test_boolean_mask_true_means_may_attend(impl, op, spec):
 
 
 @pytest.mark.clause("MASK-2")
+@pytest.mark.requires("bias")
 @given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))
 def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
     case = impl.case(spec)
@@ -131,6 +132,7 @@ def test_all_true_mask_equals_no_mask(impl, op, spec):
 
 
 @pytest.mark.clause("MASK-11")
+@pytest.mark.requires("bias")
 @given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
 def test_boolean_mask_equals_its_minus_inf_bias(impl, op, spec):
     case = impl.case(spec)

@@ -19,6 +19,7 @@ def test_attention_equals_softmax_of_scaled_logits_times_v(impl, spec):
 
 
 @pytest.mark.clause("SDPA-2")
+@pytest.mark.requires("scale")
 @given(spec=case_specs(custom_scale=True))
 def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(impl, spec):
     case = impl.case(spec)
