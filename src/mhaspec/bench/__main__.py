@@ -181,7 +181,8 @@ def report(data: dict) -> str:
             for s in sweep:
                 r = fwd.get((n, s[1]), {})
                 t = r.get("median_s")
-                rt.append(fmt_ms(t) if t else ("skipped" if "skipped" in r else "—"))
+                rt.append((fmt_ms(t) + ("*" if r.get("retimed") else "")) if t else
+                          ("skipped" if "skipped" in r else "—"))
                 rg.append(f"{r['flops'] / t / 1e9:.0f}" if t else "—")
                 rm.append(_fmt_mem(mem.get((n, s[1]))))
             rows_t.append(rt)
@@ -197,7 +198,9 @@ def report(data: dict) -> str:
         skipped = sorted({f"{r['name']}{' (fwd+bwd)' if r['backward'] else ''}: {r['skipped']}"
                           for r in timings if "skipped" in r})
         out += ["## Sweep over L (B = max(1, 4096 / L))", "", "### Forward time, ms", "",
-                md_table(hdr, rows_t), ""]
+                md_table(hdr, rows_t), "",
+                "\\* timed a second time (better median kept) because it took over 1.3× longer "
+                "than the next, larger size: a burst of load from other work.", ""]
         if skipped:
             out += ["Skipped (a variant stops once its predicted time per call passes the "
                     f"budget of {data['slow_s']} s; {', '.join(NEVER_SKIP)} always run; "

@@ -200,7 +200,29 @@ def cmd_time(spec: dict) -> dict:
                 del fn
                 last[key] = (r["median_s"], flops)
                 results.append({**row, **r})
+    retime_outliers(results, spec)
     return {"results": results}
+
+
+def retime_outliers(results: list[dict], spec: dict) -> None:
+    """Time again each configuration that took over 1.3x longer than the next, larger one of the
+    same variant (the sizes grow in FLOPs, so that is a burst of load on a shared machine); keep
+    the better median and mark the row ``retimed``."""
+    by_key: dict[tuple, list[dict]] = {}
+    for row in results:
+        if "median_s" in row:
+            by_key.setdefault((row["name"], row["backward"]), []).append(row)
+    for (name, backward), rows in by_key.items():
+        for row, nxt in zip(rows, rows[1:]):
+            if row["median_s"] <= 1.3 * nxt["median_s"]:
+                continue
+            fn = make_call(name, row["B"], row["L"], row["d_model"], row["h"], backward=backward)
+            r = timeit(fn, warmup=1, min_reps=3, max_reps=spec["max_reps"],
+                       min_time=spec["min_time"])
+            del fn
+            if r["median_s"] < row["median_s"]:
+                row.update(r)
+            row["retimed"] = True
 
 
 def _peak_rss_bytes() -> int:
