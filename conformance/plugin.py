@@ -22,7 +22,7 @@ import pathlib
 from collections import defaultdict
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
@@ -33,8 +33,11 @@ NOT_IMPLEMENTED = "not implemented"
 OPS = ("sdpa", "mha")
 PROFILES = {
     "dev": dict(max_examples=10),
-    "ci": dict(max_examples=10, derandomize=True, database=None),
+    "ci": dict(max_examples=8, derandomize=True, database=None),
     "certify": dict(max_examples=100),
+    # for checking the suite itself on broken backends: no shrinking, only the verdicts matter
+    "triage": dict(max_examples=8, derandomize=True, database=None,
+                   phases=[Phase.explicit, Phase.reuse, Phase.generate]),
 }
 for _name, _kw in PROFILES.items():
     settings.register_profile(
@@ -51,9 +54,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--backend", action="append", default=[], metavar="NAME|module:attr",
                     help="backend to check (repeatable); default: every registered in-repo backend")
     group.addoption("--mhaspec-profile", default=None, choices=sorted(PROFILES),
-                    help="Hypothesis profile: dev (default), ci (derandomized) or certify")
+                    help="Hypothesis profile: dev (default), ci (derandomized), certify (thorough), "
+                         "triage (ci without shrinking)")
     group.addoption("--mhaspec-report", default=None, metavar="FILE",
                     help="write every result (clause, backend, device, dtype, outcome) as JSON")
+    group.addoption("--mhaspec-dtypes", default=None, metavar="D1,D2",
+                    help="only these dtypes (comma-separated), e.g. float64,float32")
     group.addoption("--mhaspec-failures", default=None, metavar="DIR",
                     help="save each failing case as DIR/<test>.npz for `mhaspec replay`")
 
@@ -90,6 +96,8 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
     needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
     needs |= {op} if op else set()
     only = {d for m in metafunc.definition.iter_markers("dtypes") for d in m.args}
+    chosen = metafunc.config.getoption("--mhaspec-dtypes")
+    chosen = set(chosen.split(",")) if chosen else None
     params = []
     for backend in backends:
         missing = sorted(needs - set(backend.capabilities))
@@ -97,7 +105,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
-                if only and dtype not in only:
+                if (only and dtype not in only) or (chosen and dtype not in chosen):
                     continue
                 marks = []
                 if unavailable is not None:
@@ -158,7 +166,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
     impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
     clauses = [c for m in item.iter_markers("clause") for c in m.args]
-    if impl is not None and clauses:
+    if isinstance(impl, harness.Impl) and clauses:
         report.user_properties.append(("mhaspec", {
             "backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
             "clauses": clauses, "ratios": getattr(item, "mhaspec_ratios", {}),

@@ -23,7 +23,7 @@ def test_results_keep_the_input_dtype(impl, spec):
 @pytest.mark.clause("NUM-2")
 @pytest.mark.dtypes("float32")
 @given(spec=case_specs(logit_scales=(10.0, 100.0)).map(lambda s: s._replace(
-    len_k=13, d_k=16, d_v=16, d_model=s.heads * 16, k_dim=s.heads * 16, v_dim=s.heads * 16)))
+    len_k=32, d_k=64, d_v=64, d_model=s.heads * 64, k_dim=s.heads * 64, v_dim=s.heads * 64)))
 def test_float32_is_computed_in_float32(impl, spec):
     """Long dot products and large logits: float16, bfloat16 or TF32 arithmetic falls far outside."""
     flags = impl.backend.precision_flags(impl.device)

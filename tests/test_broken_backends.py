@@ -1,0 +1,77 @@
+"""The suite rejects plausible wrong implementations, each with the right clause, and passes the
+clean backends. Broken backends live outside the package (``broken_backends.py``) and are loaded
+with ``--backend module:attr``, exactly as a third-party backend would be."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import broken_backends
+
+HERE = pathlib.Path(__file__).parent
+CLEAN = ("numpy-batched", "numpy-perhead")
+
+
+def run_suite(tmp_path: pathlib.Path, refs: list[str], *extra: str) -> list[dict]:
+    """Run the conformance suite on ``refs`` in a subprocess; return its JSON results."""
+    report = tmp_path / "results.json"
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
+           "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile", "triage",
+           "--mhaspec-dtypes", "float64,float32", "--mhaspec-report", str(report), *extra]
+    for ref in refs:
+        cmd += ["--backend", ref]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert report.exists(), f"suite did not finish:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(report.read_text())
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> list[dict]:
+    refs = [*CLEAN, *(f"broken_backends:{attr}" for attr in broken_backends.EXPECTED),
+            "broken_backends:STALE_DEVIATION"]
+    return run_suite(tmp_path_factory.mktemp("suite"), refs)
+
+
+def _outcomes(results, backend: str) -> dict[str, set[str]]:
+    by_clause: dict[str, set[str]] = {}
+    for r in results:
+        if r["backend"] == backend:
+            for c in r["clauses"]:
+                by_clause.setdefault(c, set()).add(r["outcome"])
+    return by_clause
+
+
+@pytest.mark.parametrize("attr", sorted(broken_backends.EXPECTED))
+def test_broken_backend_is_rejected_with_the_right_clause(results, attr):
+    name, clauses = broken_backends.EXPECTED[attr]
+    outcomes = _outcomes(results, name)
+    assert outcomes, f"{name} was not run"
+    failed = {c for c, o in outcomes.items() if "fail" in o}
+    assert failed & clauses, f"{name} should fail one of {sorted(clauses)}; failed {sorted(failed)}"
+    messages = [r.get("message", "") for r in results if r["backend"] == name and r["outcome"] == "fail"]
+    assert any(f"[{c}" in m or f", {c}]" in m or "Error" in m for m in messages for c in failed), \
+        "failure messages should name the clause"
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_backend_passes_every_clause(results, name):
+    outcomes = _outcomes(results, name)
+    bad = {c: o for c, o in outcomes.items() if o - {"pass"}}
+    assert not bad, f"{name} should pass every clause, got {bad}"
+    from mhaspec.spec import load
+
+    float16_only = {"ERR-9"}  # this run covers float64 and float32
+    assert set(load().testable_ids) - float16_only <= set(outcomes), "every clause must have run"
+
+
+def test_declared_deviation_that_does_not_deviate_is_reported_stale(results):
+    outcomes = _outcomes(results, "stale-deviation")
+    assert outcomes["MASK-9"] == {"stale-deviation"}
+    assert all(o == {"pass"} for c, o in outcomes.items() if c != "MASK-9")

@@ -1,0 +1,60 @@
+"""The clause table: well formed, stable ids, rendered text in step with it."""
+
+import pathlib
+
+import pytest
+
+from mhaspec.spec import load, parse
+from mhaspec.spec.render import render_markdown, rendered_filename
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_clause_ids_are_unique_and_belong_to_their_chapter():
+    spec = load()
+    ids = [c.id for c in spec.clauses]
+    assert len(ids) == len(set(ids))
+    assert all(c.id.startswith(c.chapter + "-") for c in spec.clauses)
+
+
+def test_committed_rendering_is_up_to_date():
+    spec = load()
+    committed = (ROOT / "spec" / rendered_filename(spec)).read_text(encoding="utf-8")
+    assert committed == render_markdown(spec), "run `python -m mhaspec.spec` and commit the result"
+
+
+def test_every_clause_has_an_anchor():
+    text = render_markdown(load())
+    for clause in load().clauses:
+        assert f"{{#{clause.id}}}" in text
+
+
+def test_duplicate_clause_id_is_rejected():
+    toml = """
+[spec]
+name = "mhaspec"
+version = "9.9"
+title = "t"
+[[chapter]]
+id = "A"
+title = "a"
+[[clause]]
+id = "A-1"
+chapter = "A"
+title = "x"
+text = "x"
+testable = true
+[[clause]]
+id = "A-1"
+chapter = "A"
+title = "y"
+text = "y"
+testable = true
+"""
+    with pytest.raises(ValueError, match="duplicate clause id 'A-1'"):
+        parse(toml)
+
+
+def test_the_decisions_frameworks_disagree_on_are_clauses():
+    ids = {c.id for c in load().clauses}
+    assert {"MASK-1", "MASK-3", "MASK-5", "MASK-6", "MASK-7", "MASK-9", "NUM-2", "NUM-3"} <= ids
