@@ -165,23 +165,30 @@ def _project(x, w, b, cols: slice, ar: _Arith):
 
 def multi_head_attention(query, key, value, params: Params, *, num_heads: int, mask=None, bias=None,
                          legacy_mask=None, key_padding_mask=None, causal=None, scale=None,
-                         precision: str = "float64"):
+                         precision: str = "float64", num_kv_heads: int | None = None):
     """Multi-head attention by its per-head definition (MHA-1, PARAM-1, PARAM-2).
 
     query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)
     -> (output (B, L_q, d_out), weights (B, h, L_q, L_k)).
+
+    ``num_kv_heads`` (MHA-6, grouped-query attention): ``g`` key/value heads, ``g`` dividing ``h``;
+    ``w_k`` has ``g*d_k`` and ``w_v`` ``g*d_v`` columns, and query head ``i`` uses key/value head
+    ``i // (h / g)``. None means ``g = h``.
     """
     ar = _Arith(precision)
     query, key, value = ar.cast(query), ar.cast(key), ar.cast(value)
     p = Params(*(ar.cast(t) for t in params))
     h = num_heads
+    g = h if num_kv_heads is None else num_kv_heads
     d_k = p.w_q.shape[1] // h
-    d_v = p.w_v.shape[1] // h
+    d_v = p.w_v.shape[1] // g
     heads, weights = [], []
     for i in range(h):
-        qk_cols, v_cols = slice(i * d_k, (i + 1) * d_k), slice(i * d_v, (i + 1) * d_v)
-        q_i = _project(query, p.w_q, p.b_q, qk_cols, ar)[:, None]
-        k_i = _project(key, p.w_k, p.b_k, qk_cols, ar)[:, None]
+        j = i // (h // g)  # the key/value head of query head i (MHA-6); j = i without grouping
+        q_cols, k_cols = slice(i * d_k, (i + 1) * d_k), slice(j * d_k, (j + 1) * d_k)
+        v_cols = slice(j * d_v, (j + 1) * d_v)
+        q_i = _project(query, p.w_q, p.b_q, q_cols, ar)[:, None]
+        k_i = _project(key, p.w_k, p.b_k, k_cols, ar)[:, None]
         v_i = _project(value, p.w_v, p.b_v, v_cols, ar)[:, None]
         head_masks = {name: _head_slice(m, i)
                       for name, m in (("mask", mask), ("bias", bias), ("legacy_mask", legacy_mask))}
