@@ -29,6 +29,42 @@ CUSTOM_SCALES = (0.05, 0.5, 2.0)
 MASK_DENSITIES = (0.7, 0.3, 0.95)
 
 
+class Shapes(NamedTuple):
+    """The sizes of a case: B, h, L_q, L_k, d_k, d_v, d_model, k_dim, v_dim, d_out."""
+
+    batch: int
+    heads: int
+    len_q: int
+    len_k: int
+    d_k: int
+    d_v: int
+    d_model: int
+    k_dim: int
+    v_dim: int
+    d_out: int
+
+    @property
+    def self_attention(self) -> bool:
+        return self.len_q == self.len_k and self.d_model == self.k_dim == self.v_dim
+
+
+#: A short fixed list of shapes for the ``ci`` profile: compiled variants (and JAX's per-shape
+#: eager kernels) then compile each shape once for the whole run. It covers L_k = 1, L_q > L_k,
+#: L_q < L_k, d_v != d_k, cross-attention widths, one head and several, batch 1 and 2.
+CI_SHAPES = (
+    Shapes(1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+    Shapes(2, 2, 5, 5, 4, 4, 8, 8, 8, 8),
+    Shapes(2, 3, 2, 8, 4, 8, 8, 4, 1, 4),
+    Shapes(1, 2, 8, 5, 8, 4, 4, 8, 8, 8),
+    Shapes(2, 2, 5, 8, 8, 4, 8, 4, 8, 1),
+    Shapes(2, 1, 5, 1, 4, 1, 4, 1, 4, 4),
+    Shapes(1, 3, 8, 8, 8, 8, 8, 8, 8, 8),
+)
+
+#: None: draw every size freely from the menus above; a tuple: draw whole shapes from it.
+shape_menu: tuple[Shapes, ...] | None = None
+
+
 class CaseSpec(NamedTuple):
     """Everything that defines one case; arrays come from :func:`build_case`."""
 
@@ -178,18 +214,24 @@ def case_specs(draw, *, masks: bool = False, bias: bool = False, legacy: bool = 
                  fully_masked=fully_masked, custom_scale=custom_scale, cross=cross)
     if fully_masked and not masks:
         raise ValueError("argument 'fully_masked' needs masks=True")
-    lengths = tuple(n for n in LENGTHS if n <= max_len)
-    b = draw(st.sampled_from(BATCHES))
-    h = draw(st.sampled_from(HEADS))
-    lq = draw(st.sampled_from(lengths))
-    self_attention = not cross or draw(st.booleans())
-    lk = lq if self_attention else draw(st.sampled_from(lengths))
-    d_k = draw(st.sampled_from(WIDTHS))
-    d_v = d_k if self_attention else draw(st.sampled_from(WIDTHS))
-    d_model = h * d_k if self_attention else draw(st.sampled_from(WIDTHS))
-    k_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
-    v_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
-    d_out = d_model if self_attention else draw(st.sampled_from(WIDTHS))
+    if shape_menu is not None:
+        menu = [m for m in shape_menu if cross or m.self_attention]
+        b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out = draw(st.sampled_from(menu))
+        self_attention = Shapes(b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out).self_attention
+        self_attention = self_attention and (not cross or draw(st.booleans()))
+    else:
+        lengths = tuple(n for n in LENGTHS if n <= max_len)
+        b = draw(st.sampled_from(BATCHES))
+        h = draw(st.sampled_from(HEADS))
+        lq = draw(st.sampled_from(lengths))
+        self_attention = not cross or draw(st.booleans())
+        lk = lq if self_attention else draw(st.sampled_from(lengths))
+        d_k = draw(st.sampled_from(WIDTHS))
+        d_v = d_k if self_attention else draw(st.sampled_from(WIDTHS))
+        d_model = h * d_k if self_attention else draw(st.sampled_from(WIDTHS))
+        k_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
+        v_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
+        d_out = d_model if self_attention else draw(st.sampled_from(WIDTHS))
     full = (b, h, lq, lk)
     use_legacy = legacy and draw(st.booleans())
     spec = CaseSpec(

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-K = 8.0
+K = 16.0
 C = 16.0
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
