@@ -181,7 +181,17 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # argparse gives a positional nargs="*" nothing after "--" once an option follows the backend
+    # (`certify X --profile ci -- -k SDPA`), so the pytest arguments are split off here
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    if "--" in argv:
+        argv = argv[:argv.index("--")]
     args = parser().parse_args(argv)
+    if extra:
+        if args.command != "certify":
+            parser().error(f"arguments after '--' are passed to pytest by certify only, not {args.command}")
+        args.pytest_args = [*args.pytest_args, *extra]
     try:
         return args.func(args)
     except UsageError as exc:
