@@ -7,6 +7,7 @@ PyPI is a multi-GB CUDA build.
 
 from __future__ import annotations
 
+import json
 import os
 
 import nox
@@ -79,3 +80,26 @@ def bench(session: nox.Session) -> None:
     ``nox -s bench -- --quick`` for a short run, ``-- --help`` for the options."""
     install(session, "torch", "jax", "tensorflow", groups=("bench",))
     session.run("python", "-m", "mhaspec.bench", *session.posargs)
+
+
+@nox.session(default=False)
+def certify(session: nox.Session) -> None:
+    """Certify backends: ``nox -s certify -- NAME|module:attr [mhaspec certify options] [-- pytest
+    args]`` certifies one; with no arguments, every in-repo backend with the ci profile into
+    certificates/, each then checked with ``mhaspec verify``. Fails if one does not conform."""
+    install(session, "torch", "jax", "tensorflow")
+    if session.posargs:
+        session.run("mhaspec", "certify", *session.posargs)
+        return
+    failing = []
+    for name in PYPROJECT["project"]["entry-points"]["mhaspec.backends"]:
+        # exit status 1 (does not conform) still writes a certificate: verify it, report at the end
+        session.run("mhaspec", "certify", name, "--profile", "ci", "--output-dir", "certificates",
+                    success_codes=[0, 1])
+        cert = os.path.join("certificates", f"{name}.json")  # in-repo backends are named as registered
+        session.run("mhaspec", "verify", cert)
+        with open(cert, encoding="utf-8") as f:
+            if json.load(f)["summary"]["verdict"] != "conforms":
+                failing.append(name)
+    if failing:
+        session.error(f"certified, but not conforming: {', '.join(failing)} (see certificates/)")

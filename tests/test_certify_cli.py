@@ -1,0 +1,152 @@
+"""``mhaspec certify | verify | replay`` end to end, in subprocesses as a user runs them.
+
+The certified backend is the minimal one printed in docs/backends.md (so the page's example is
+known to certify); a variant with the wrong default scale gives a failing certificate and the
+saved case that ``mhaspec replay`` reruns. Bad input must exit with status 2 and one line on
+stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+from mhaspec import certificate
+
+DOCS_PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "backends.md"
+
+WRONG_SCALE = '''
+from minimal_backend import MinimalBackend
+
+
+class WrongScale(MinimalBackend):
+    """Divides the logits by d_k instead of sqrt(d_k) (SDPA-1)."""
+
+    name = "wrong-scale"
+
+    def scaled_dot_product_attention(self, q, k, v, **kw):
+        kw["scale"] = kw.get("scale") or 1.0 / q.shape[-1]
+        return super().scaled_dot_product_attention(q, k, v, **kw)
+
+
+BACKEND = WrongScale()
+'''
+
+
+def docs_minimal_backend() -> str:
+    """The first Python block of the page's "A minimal backend" section."""
+    section = DOCS_PAGE.read_text("utf-8").split("\n## A minimal backend", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "docs/backends.md: no python block under '## A minimal backend'"
+    return match.group(1)
+
+
+def mhaspec(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "mhaspec.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def assert_usage_error(proc: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit status 2, exactly one line on stderr naming ``words``, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mhaspec: error: "), proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> pathlib.Path:
+    """A directory holding the two backend modules, as a user's project would."""
+    path = tmp_path_factory.mktemp("certify")
+    (path / "minimal_backend.py").write_text(docs_minimal_backend(), "utf-8")
+    (path / "wrong_scale.py").write_text(WRONG_SCALE, "utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def certified(work) -> pathlib.Path:
+    proc = mhaspec(work, "certify", "minimal_backend:BACKEND", "--profile", "ci", "--seed", "0",
+                   "--output-dir", "certs")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "minimal-numpy conforms" in proc.stdout
+    return work / "certs" / "minimal-numpy.json"
+
+
+def test_certificate_validates_against_the_schema(certified):
+    cert = json.loads(certified.read_text("utf-8"))
+    jsonschema.validate(cert, certificate.schema())
+    assert cert["summary"]["verdict"] == "conforms"
+    assert cert["hypothesis"]["profile"] == "ci" and cert["hypothesis"]["seed"] == 0
+    assert cert["backend"]["ref"] == "minimal_backend:BACKEND"
+    verdicts = {c["id"]: c["verdict"] for c in cert["clauses"]}
+    assert verdicts["SDPA-1"] == verdicts["HEAD-1"] == "pass"
+    assert verdicts["MASK-1"] == verdicts["MHA-1"] == "not-implemented"  # not claimed: never a pass
+    assert set(verdicts.values()) <= set(certificate.VERDICTS)
+    assert certified.with_suffix(".md").read_text("utf-8").startswith("# mhaspec certificate: minimal-numpy")
+
+
+def test_verify_accepts_the_certificate(work, certified):
+    proc = mhaspec(work, "verify", str(certified))
+    assert proc.returncode == 0, proc.stderr
+    assert "valid certificate for minimal-numpy" in proc.stdout
+
+
+def test_verify_rejects_a_copy_with_one_verdict_edited(work, certified):
+    cert = json.loads(certified.read_text("utf-8"))
+    clause = next(c for c in cert["clauses"] if c["verdict"] == "not-implemented")
+    clause["verdict"] = "pass"
+    edited = work / "edited.json"
+    edited.write_text(json.dumps(cert, indent=1), "utf-8")
+    assert_usage_error(mhaspec(work, "verify", str(edited)), "digest mismatch")
+
+
+def test_verify_rejects_a_certificate_outside_the_schema(work, certified):
+    cert = json.loads(certified.read_text("utf-8"))
+    cert["clauses"][0]["verdict"] = "mostly"
+    edited = work / "bad-verdict.json"
+    edited.write_text(json.dumps(cert), "utf-8")
+    assert_usage_error(mhaspec(work, "verify", str(edited)), "clauses/0/verdict")
+
+
+def test_a_failing_backend_gets_a_failing_certificate_and_replayable_cases(work):
+    proc = mhaspec(work, "certify", "wrong_scale:BACKEND", "--profile", "ci", "--seed", "0",
+                   "--output-dir", "failing", "--", "--mhaspec-dtypes", "float64", "-k", "test_sdpa")
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
+    cert = json.loads((work / "failing" / "wrong-scale.json").read_text("utf-8"))
+    certificate.verify(cert)
+    assert cert["summary"]["verdict"] == "does not conform"
+    sdpa1 = next(c for c in cert["clauses"] if c["id"] == "SDPA-1")
+    assert sdpa1["verdict"] == "fail" and sdpa1["failures"] and sdpa1["ran_on"] == ["cpu/float64"]
+    saved = sorted((work / "failing" / "wrong-scale-failures").glob("test_attention_equals*.npz"))
+    assert saved, "no failing case saved for replay"
+    still = mhaspec(work, "replay", str(saved[0]))
+    assert still.returncode == 1 and "DOES NOT CONFORM" in still.stdout, still.stdout + still.stderr
+    fixed = mhaspec(work, "replay", str(saved[0]), "--backend", "minimal_backend:BACKEND")
+    assert fixed.returncode == 0 and "conforms" in fixed.stdout, fixed.stdout + fixed.stderr
+
+
+def test_certify_an_unknown_backend_is_a_usage_error(work):
+    assert_usage_error(mhaspec(work, "certify", "nosuch:thing", "--output-dir", "unused"), "nosuch")
+    assert not (work / "unused").exists()
+
+
+def test_verify_a_file_that_is_not_json_is_a_usage_error(work):
+    bad = work / "not-a-certificate.json"
+    bad.write_text("this is not JSON\n", "utf-8")
+    assert_usage_error(mhaspec(work, "verify", str(bad)), "cannot read certificate")
+
+
+def test_replay_a_file_that_is_not_npz_is_a_usage_error(work):
+    bad = work / "not-a-case.npz"
+    bad.write_text("this is not an npz archive\n", "utf-8")
+    assert_usage_error(mhaspec(work, "replay", str(bad)), "cannot read replay file")
