@@ -54,9 +54,9 @@ class Impl(NamedTuple):
     def id(self) -> str:
         return f"{self.backend.name}-{self.device}-{self.dtype}"
 
-    def case(self, spec: CaseSpec) -> Case:
-        """The arrays of ``spec``, fitted to what this backend claims and to this dtype."""
-        return build_case(fit(spec, frozenset(self.backend.capabilities), self.dtype))
+    def case(self, spec: CaseSpec, op: str = "mha") -> Case:
+        """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype."""
+        return build_case(fit(spec, frozenset(self.backend.capabilities), self.dtype, op))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean); None stays None."""
@@ -102,7 +102,7 @@ class Impl(NamedTuple):
             query, key, value, params, num_heads=case.spec.heads, **kw))
 
 
-def fit(spec: CaseSpec, capabilities: frozenset, dtype: str) -> CaseSpec:
+def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:
     """Drop the optional features of ``spec`` a backend does not claim (they are reported "not
     implemented" by the tests that need them) and the legacy mask in float16 (an error, ERR-9)."""
     if spec.legacy_shape is not None and ("legacy_mask" not in capabilities or dtype == "float16"):
@@ -115,7 +115,7 @@ def fit(spec: CaseSpec, capabilities: frozenset, dtype: str) -> CaseSpec:
         spec = spec._replace(causal=None)
     if (spec.mask_shape is not None or spec.key_padding) and "masks" not in capabilities:
         spec = spec._replace(mask_shape=None, key_padding=False)
-    if "cross" not in capabilities and not spec.self_attention:
+    if op == "mha" and "cross" not in capabilities and not spec.self_attention:
         width = spec.heads * spec.d_k
         spec = spec._replace(d_v=spec.d_k, d_model=width, k_dim=width, v_dim=width, d_out=width)
     return spec

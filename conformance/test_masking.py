@@ -35,7 +35,7 @@ def _expect_zero_where_blocked(impl, got, allowed, clause):
 @pytest.mark.clause("MASK-1")
 @given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
 def test_boolean_mask_true_means_may_attend(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     got = run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-1")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-1")
@@ -45,7 +45,7 @@ def test_boolean_mask_true_means_may_attend(impl, op, spec):
 @pytest.mark.requires("bias")
 @given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))
 def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     harness.expect_oracle(impl, case, run(impl, op, case), op=op, clause="MASK-2")
 
 
@@ -54,7 +54,7 @@ def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
 @pytest.mark.dtypes("float64", "float32", "bfloat16")
 @given(spec=case_specs(legacy=True).filter(lambda s: s.legacy_shape is not None))
 def test_legacy_mask_one_means_blocked_times_minus_1e9(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     got = run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-3")
     as_bool = run(impl, op, case, legacy_mask=None, mask=impl.arr(case.legacy_mask == 0))
@@ -66,7 +66,7 @@ def test_legacy_mask_one_means_blocked_times_minus_1e9(impl, op, spec):
 @pytest.mark.clause("MASK-5")
 @given(spec=case_specs(key_padding=True).filter(lambda s: s.key_padding))
 def test_key_padding_mask_true_means_key_present(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     got = run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-5")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-5")
@@ -76,7 +76,7 @@ def test_key_padding_mask_true_means_key_present(impl, op, spec):
 @pytest.mark.requires("causal")
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "top_left")))
 def test_causal_top_left_allows_j_le_i(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     got = run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-6")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-6")
@@ -86,7 +86,7 @@ def test_causal_top_left_allows_j_le_i(impl, op, spec):
 @pytest.mark.requires("causal")
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "bottom_right")))
 def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     got = run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-7")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-7")
@@ -96,7 +96,7 @@ def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(impl, op, spec):
 @pytest.mark.requires("causal")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_masks_combine_by_and_and_bias_adds(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     got = run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-8")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-8")
@@ -105,7 +105,7 @@ def test_masks_combine_by_and_and_bias_adds(impl, op, spec):
 @pytest.mark.clause("MASK-9")
 @given(spec=case_specs(masks=True, fully_masked=True, key_padding=True))
 def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     got = run(impl, op, case)
     empty = ~_allowed(case).any(axis=-1)  # (B, h, L_q)
     rows_out = got.out[empty] if op == "sdpa" else got.out[empty.all(axis=1)]
@@ -123,7 +123,7 @@ def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
 @pytest.mark.clause("MASK-10")
 @given(spec=case_specs(bias=True, key_padding=True, causal=True))
 def test_all_true_mask_equals_no_mask(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     ones = np.ones((spec.batch, spec.heads, spec.len_q, spec.len_k), dtype=bool)
     base, with_mask = run(impl, op, case), run(impl, op, case, mask=impl.arr(ones))
     out_tol, w_tol = harness.allowance(case, op, impl)
@@ -135,7 +135,7 @@ def test_all_true_mask_equals_no_mask(impl, op, spec):
 @pytest.mark.requires("bias")
 @given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
 def test_boolean_mask_equals_its_minus_inf_bias(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     as_bias = np.where(case.mask, 0.0, -np.inf)
     base, biased = run(impl, op, case), run(impl, op, case, mask=None, bias=impl.arr(as_bias))
     out_tol, w_tol = harness.allowance(case, op, impl)
@@ -150,7 +150,7 @@ def test_boolean_mask_equals_its_minus_inf_bias(impl, op, spec):
 @given(spec=case_specs(key_padding=True).map(lambda s: s._replace(key_padding=True))
        .filter(lambda s: s.len_k > 1))
 def test_values_at_masked_keys_do_not_matter(impl, op, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, op)
     blocked = ~case.key_padding_mask  # (B, L_k)
     rng = np.random.default_rng(spec.seed + 2)
     big = 1e4 if impl.dtype == "float16" else 1e6  # large but finite in the dtype

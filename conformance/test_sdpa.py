@@ -14,7 +14,7 @@ pytestmark = pytest.mark.requires("sdpa")
 @pytest.mark.clause("SDPA-1")
 @given(spec=case_specs())
 def test_attention_equals_softmax_of_scaled_logits_times_v(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, "sdpa")
     harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="SDPA-1")
 
 
@@ -22,14 +22,14 @@ def test_attention_equals_softmax_of_scaled_logits_times_v(impl, spec):
 @pytest.mark.requires("scale")
 @given(spec=case_specs(custom_scale=True))
 def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, "sdpa")
     harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="SDPA-2")
 
 
 @pytest.mark.clause("SDPA-3")
 @given(spec=case_specs(cross=True).filter(lambda s: s.d_v != s.d_k))
 def test_value_width_may_differ_from_key_width(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, "sdpa")
     harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="SDPA-3")
 
 
@@ -37,7 +37,7 @@ def test_value_width_may_differ_from_key_width(impl, spec):
 @pytest.mark.requires("weights")
 @given(spec=case_specs(masks=True, key_padding=True, causal=True))
 def test_weights_are_the_probabilities_that_multiply_v(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, "sdpa")
     got = impl.sdpa(case)
     harness.expect_oracle(impl, case, got, op="sdpa", clause="SDPA-4")
     out_tol, w_tol = harness.allowance(case, "sdpa", impl)
@@ -57,7 +57,7 @@ def _perm(spec, n):
 @pytest.mark.clause("SDPA-5")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
 def test_permuting_keys_and_values_jointly_keeps_the_output(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, "sdpa")
     perm = _perm(spec, spec.len_k)
     base, moved = impl.sdpa(case), impl.sdpa(permute_keys(case, perm))
     out_tol, w_tol = harness.allowance(case, "sdpa", impl)
@@ -71,7 +71,7 @@ def test_permuting_keys_and_values_jointly_keeps_the_output(impl, spec):
 @pytest.mark.clause("SDPA-6")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
 def test_permuting_queries_permutes_the_output(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, "sdpa")
     perm = _perm(spec, spec.len_q)
     base, moved = impl.sdpa(case), impl.sdpa(permute_queries(case, perm))
     out_tol, w_tol = harness.allowance(case, "sdpa", impl)
@@ -86,7 +86,7 @@ def test_permuting_queries_permutes_the_output(impl, spec):
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True)
        .filter(lambda s: s.batch > 1))
 def test_batch_items_are_independent(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(spec, "sdpa")
     items = np.arange(1, spec.batch)
     full, part = impl.sdpa(case), impl.sdpa(sub_batch(case, items))
     out_tol, _ = harness.allowance(case, "sdpa", impl)
