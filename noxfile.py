@@ -103,3 +103,12 @@ def certify(session: nox.Session) -> None:
                 failing.append(name)
     if failing:
         session.error(f"certified, but not conforming: {', '.join(failing)} (see certificates/)")
+
+
+@nox.session(default=False)
+def matrix(session: nox.Session) -> None:
+    """Run the conformance suite (ci profile) on every registered backend and render
+    docs/generated/matrix.md: results by chapter and pairwise agreement. Arguments after ``--`` go
+    to ``python -m mhaspec.conformance.matrix`` (e.g. ``--dtypes float64,float32``)."""
+    install(session, "torch", "jax", "tensorflow")
+    session.run("python", "-m", "mhaspec.conformance.matrix", *session.posargs)

@@ -29,7 +29,13 @@ CAPABILITIES = frozenset({
     "causal",       # causal with explicit alignment (MASK-6, 7)
     "cross",        # cross-attention widths (MHA-4)
     "errors",       # rejects invalid input with ValueError (ERR)
+    # optional extensions: not claimed by default (Backend.capabilities leaves them out)
+    "gqa",          # multi_head_attention(..., num_kv_heads=g): grouped-query attention (MHA-6)
+    "grad",         # mha_vjp: gradients of sum(output * cotangent) (GRAD)
 })
+
+#: Capabilities a backend claims only by naming them: ``Backend.capabilities`` omits them.
+OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad"})
 
 ALL_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -64,7 +70,7 @@ class Backend:
     protocol_version = PROTOCOL_VERSION
     name: str = "unnamed"
     framework: str = "unknown"
-    capabilities: frozenset[str] = CAPABILITIES
+    capabilities: frozenset[str] = CAPABILITIES - OPTIONAL_CAPABILITIES
     deviations: Mapping[str, str] = {}
 
     # -- description -------------------------------------------------------------------------
@@ -114,10 +120,28 @@ class Backend:
 
     def multi_head_attention(self, query, key, value, params: MHAParams, *, num_heads: int,
                              mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
-                             causal=None, scale=None):
+                             causal=None, scale=None, num_kv_heads=None):
         """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)
-        -> (output (B, L_q, d_out), weights (B, h, L_q, L_k) or None)."""
+        -> (output (B, L_q, d_out), weights (B, h, L_q, L_k) or None).
+
+        ``num_kv_heads`` (capability "gqa", MHA-6): g key/value heads, g dividing h; ``w_k`` and
+        ``w_v`` (and ``b_k``, ``b_v``) then have g*d_k and g*d_v columns. The suite passes it only
+        to backends that claim "gqa"; None means plain multi-head attention."""
         raise NotImplementedError
+
+    def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
+                **mask_kwargs) -> dict:
+        """Gradients of ``sum(multi_head_attention(...)[0] * cotangent)`` (capability "grad", GRAD).
+
+        ``cotangent`` (B, L_q, d_out) is a backend array like the inputs; ``mask_kwargs`` are the
+        keyword arguments of :meth:`multi_head_attention` (mask, bias, legacy_mask,
+        key_padding_mask, causal, scale, and num_kv_heads with "gqa"), which are constants.
+        Returns a dict of backend arrays: ``"query"``, ``"key"``, ``"value"`` (each a separate
+        argument, even when one array is passed three times), ``"w_q"``, ``"w_k"``, ``"w_v"``,
+        ``"w_o"``, and ``"b_q"``, ``"b_k"``, ``"b_v"``, ``"b_o"`` for the biases that are not None.
+        Input is validated as for :meth:`multi_head_attention`. Backends that do not claim "grad"
+        need not override it."""
+        raise NotImplementedError(f"{self.name}: mha_vjp (capability 'grad') is not implemented")
 
     def __repr__(self) -> str:
         return f"<mhaspec backend {self.name}>"

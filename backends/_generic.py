@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _validate
-from ._base import Backend, MHAParams
+from ._base import CAPABILITIES, Backend, MHAParams
 from ._validate import Arg
 
 LEGACY_MASK_VALUE = -1e9
@@ -40,6 +40,9 @@ class ArrayBackend(Backend):
         self.name = f"{self.framework_label}-{variant}"
 
     framework_label = "array"
+    #: grouped-query attention is part of the algorithms; gradients need a framework's autodiff
+    #: (:meth:`_vjp`), so "grad" is claimed by the framework subclasses that supply it.
+    capabilities = CAPABILITIES - {"grad"}
 
     # -- primitives a framework supplies -------------------------------------------------------
     def _shape(self, x) -> tuple[int, ...]:
@@ -145,18 +148,49 @@ class ArrayBackend(Backend):
 
     def multi_head_attention(self, query, key, value, params: MHAParams, *, num_heads: int,
                              mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
-                             causal=None, scale=None):
+                             causal=None, scale=None, num_kv_heads=None):
+        params, args = self._mha_args(query, key, value, params, num_heads, mask, bias,
+                                      legacy_mask, key_padding_mask, causal, scale, num_kv_heads)
+        return self._mha(query, key, value, params, *args)
+
+    def _mha_args(self, query, key, value, params, num_heads, mask, bias, legacy_mask,
+                  key_padding_mask, causal, scale, num_kv_heads):
+        """Validate a multi-head call; returns the parameters and the positional arguments of
+        ``_mha`` after ``params`` (``num_kv_heads`` only when given, MHA-6)."""
         params = MHAParams(*params)
+        if num_kv_heads is not None and "gqa" not in self.capabilities:
+            raise NotImplementedError(f"{self.name}: grouped-query attention (num_kv_heads) is not "
+                                      f"supported")
         dims = _validate.check_mha(
             self._arg("query", query), self._arg("key", key), self._arg("value", value),
             {n: self._arg(n, p) for n, p in params._asdict().items()}, num_heads=num_heads,
             mask=self._arg("mask", mask), bias=self._arg("bias", bias),
             legacy_mask=self._arg("legacy_mask", legacy_mask),
             key_padding_mask=self._arg("key_padding_mask", key_padding_mask), causal=causal,
-            scale=scale)
+            scale=scale, num_kv_heads=num_kv_heads)
         scale = 1.0 / float(np.sqrt(dims.d_k)) if scale is None else float(scale)
-        return self._mha(query, key, value, params, num_heads, mask, bias, legacy_mask,
-                         key_padding_mask, causal, scale)
+        extra = () if num_kv_heads is None else (num_kv_heads,)
+        return params, (num_heads, mask, bias, legacy_mask, key_padding_mask, causal, scale, *extra)
+
+    def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
+                mask=None, bias=None, legacy_mask=None, key_padding_mask=None, causal=None,
+                scale=None, num_kv_heads=None) -> dict:
+        """Gradients of ``sum(output * cotangent)`` (GRAD) by the framework's autodiff through the
+        same ``_mha`` forward: ``query``, ``key``, ``value`` and the parameters present."""
+        params, args = self._mha_args(query, key, value, params, num_heads, mask, bias,
+                                      legacy_mask, key_padding_mask, causal, scale, num_kv_heads)
+        primals = {"query": query, "key": key, "value": value,
+                   **{n: t for n, t in params._asdict().items() if t is not None}}
+
+        def forward(x):
+            p = MHAParams(**{n: x.get(n) for n in MHAParams._fields})
+            return self._mha(x["query"], x["key"], x["value"], p, *args)[0]
+
+        return self._vjp(forward, primals, cotangent)
+
+    def _vjp(self, fn, primals: dict, cotangent) -> dict:
+        """``{name: d sum(fn(primals) * cotangent) / d primals[name]}`` (a framework's autodiff)."""
+        raise NotImplementedError(f"{self.name}: no automatic differentiation (capability 'grad')")
 
     # -- the algorithms (unvalidated; compiled variants wrap these) -----------------------------
     def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
@@ -176,8 +210,13 @@ class ArrayBackend(Backend):
         return self._stack(outs, axis=1), self._stack(weights, axis=1)
 
     def _mha(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
-             key_padding_mask, causal, scale):
-        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (out, weights)."""
+             key_padding_mask, causal, scale, num_kv_heads=None):
+        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (out, weights).
+
+        ``num_kv_heads`` g (MHA-6): query head i uses key/value head i // (h / g)."""
+        if num_kv_heads is not None and num_kv_heads != num_heads:
+            return self._mha_grouped(query, key, value, p, num_heads, mask, bias, legacy_mask,
+                                     key_padding_mask, causal, scale, num_kv_heads)
         if self.variant == "batched":
             q, k, v = self._project_qkv(query, key, value, p)
             q, k, v = (self._split(t, num_heads) for t in (q, k, v))
@@ -193,6 +232,39 @@ class ArrayBackend(Backend):
             q_i = self._linear(query, p.w_q[:, qk], None if p.b_q is None else p.b_q[qk])
             k_i = self._linear(key, p.w_k[:, qk], None if p.b_k is None else p.b_k[qk])
             v_i = self._linear(value, p.w_v[:, vv], None if p.b_v is None else p.b_v[vv])
+            o, w = self._attend(q_i, k_i, v_i, _head(allowed, i), [_head(t, i) for t in additive],
+                                scale)
+            heads.append(o)
+            weights.append(w)
+        return self._linear(self._concat(heads, axis=-1), p.w_o, p.b_o), self._stack(weights, axis=1)
+
+    def _mha_grouped(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
+                     key_padding_mask, causal, scale, num_kv_heads):
+        """Grouped-query attention (MHA-6): the batched variant projects once, splits keys and
+        values into g heads and repeats each for its h / g query heads before one batched
+        attention; the per-head variant slices key/value head i // (h / g) for query head i."""
+        group = num_heads // num_kv_heads
+        if self.variant == "batched":
+            q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
+            k = self._split(self._linear(key, p.w_k, p.b_k), num_kv_heads)
+            v = self._split(self._linear(value, p.w_v, p.b_v), num_kv_heads)
+            k, v = (self._stack([t[:, i // group] for i in range(num_heads)], axis=1)
+                    for t in (k, v))
+            out, weights = self._sdpa(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal,
+                                      scale)
+            return self._linear(self._combine(out), p.w_o, p.b_o), weights
+        d_k = self._shape(p.w_q)[1] // num_heads
+        d_v = self._shape(p.w_v)[1] // num_kv_heads
+        heads, weights = [], []
+        allowed = _as_rank4(self, self._allowed_mha(query, key, mask, key_padding_mask, causal))
+        additive = [_as_rank4(self, t) for t in self._additive(bias, legacy_mask)]
+        for i in range(num_heads):
+            j = i // group
+            qc, kc = slice(i * d_k, (i + 1) * d_k), slice(j * d_k, (j + 1) * d_k)
+            vc = slice(j * d_v, (j + 1) * d_v)
+            q_i = self._linear(query, p.w_q[:, qc], None if p.b_q is None else p.b_q[qc])
+            k_i = self._linear(key, p.w_k[:, kc], None if p.b_k is None else p.b_k[kc])
+            v_i = self._linear(value, p.w_v[:, vc], None if p.b_v is None else p.b_v[vc])
             o, w = self._attend(q_i, k_i, v_i, _head(allowed, i), [_head(t, i) for t in additive],
                                 scale)
             heads.append(o)
@@ -259,6 +331,22 @@ class ArrayBackend(Backend):
     def _allowed_mha(self, query, key, mask, key_padding_mask, causal):
         return self._combine_masks(self._shape(query)[1], self._shape(key)[1], query, mask,
                                    key_padding_mask, causal)
+
+    def _full(self, shape, value: float, like):
+        """An array of ``shape`` filled with ``value`` in ``like``'s dtype and device."""
+        raise NotImplementedError
+
+    def _canonical_masks(self, like, full, mask, bias, legacy_mask, key_padding_mask, causal):
+        """All masking as full (B, h, L_q, L_k) arrays: one boolean mask (key padding and causal
+        folded in) and one bias (zeros when absent). Compiled variants call this before compiling so
+        that every call of one shape and dtype has the same signature and compiles once."""
+        allowed = self._combine_masks(full[2], full[3], like, mask, key_padding_mask, causal)
+        ones = self._constant(np.ones(full, dtype=bool), like)
+        mask = ones if allowed is None else ones & allowed
+        zeros = self._full(full, 0.0, like)
+        bias = zeros if bias is None else zeros + bias
+        legacy_mask = None if legacy_mask is None else zeros + legacy_mask
+        return mask, bias, legacy_mask
 
     def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
         allowed = mask

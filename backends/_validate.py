@@ -136,11 +136,14 @@ def check_heads(op: str, x: Arg, num_heads=None) -> None:
 
 def check_mha(query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None], *, num_heads,
               mask: Arg | None = None, bias: Arg | None = None, legacy_mask: Arg | None = None,
-              key_padding_mask: Arg | None = None, causal=None, scale=None) -> Dims:
-    """Validate multi_head_attention inputs and parameters (PARAM-1, ERR-2..10).
+              key_padding_mask: Arg | None = None, causal=None, scale=None,
+              num_kv_heads=None) -> Dims:
+    """Validate multi_head_attention inputs and parameters (PARAM-1, ERR-2..10, MHA-6).
 
     query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim); params maps
     w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o to their :class:`Arg` (biases may be None).
+    ``num_kv_heads`` (grouped-query attention, MHA-6) is None or a positive divisor g of
+    ``num_heads``; then W_k and W_v have g*d_k and g*d_v columns.
     """
     op = "multi_head_attention"
     for a in (query, key, value):
@@ -161,6 +164,10 @@ def check_mha(query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None], *
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
         _fail(op, f"argument 'num_heads' must be a positive integer, got {num_heads!r}")
     w_q, w_k, w_v, w_o = weights
+    if num_kv_heads is not None:
+        return _check_gqa(op, query, key, value, params, num_heads, num_kv_heads, mask=mask,
+                          bias=bias, legacy_mask=legacy_mask, key_padding_mask=key_padding_mask,
+                          causal=causal, scale=scale)
     for x, w in ((query, w_q), (key, w_k), (value, w_v)):
         if w.shape[0] != x.shape[2]:
             _fail(op, f"argument '{w.name}' with shape {w.shape} does not fit '{x.name}' with shape "
@@ -184,4 +191,42 @@ def check_mha(query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None], *
                 w_q.shape[1] // num_heads, w_v.shape[1] // num_heads)
     _check_masks(op, dims, query.dtype, mask, bias, legacy_mask, key_padding_mask, causal)
     _check_scale(op, scale)
+    return dims
+
+
+def _check_gqa(op: str, query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None],
+               num_heads: int, num_kv_heads, **masks) -> Dims:
+    """The parameter checks of check_mha with g = ``num_kv_heads`` key/value heads (MHA-6)."""
+    g = num_kv_heads
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1 or num_heads % g:
+        _fail(op, f"argument 'num_kv_heads' must be a positive integer dividing num_heads = "
+                  f"{num_heads}, got {g!r}")
+    w_q, w_k, w_v, w_o = (params[n] for n in ("w_q", "w_k", "w_v", "w_o"))
+    for x, w in ((query, w_q), (key, w_k), (value, w_v)):
+        if w.shape[0] != x.shape[2]:
+            _fail(op, f"argument '{w.name}' with shape {w.shape} does not fit '{x.name}' with shape "
+                      f"{x.shape}: its rows must equal the input width {x.shape[2]}")
+    if w_q.shape[1] % num_heads:
+        _fail(op, f"argument 'num_heads' = {num_heads} does not divide the column count of 'w_q' "
+                  f"with shape {w_q.shape}")
+    d_k = w_q.shape[1] // num_heads
+    if w_k.shape[1] != g * d_k:
+        _fail(op, f"argument 'w_k' with shape {w_k.shape} must have num_kv_heads*d_k = {g}*{d_k} "
+                  f"columns with num_kv_heads = {g} and 'w_q' with shape {w_q.shape}")
+    if w_v.shape[1] % g:
+        _fail(op, f"argument 'num_kv_heads' = {g} does not divide the column count of 'w_v' "
+                  f"with shape {w_v.shape}")
+    d_v = w_v.shape[1] // g
+    if w_o.shape[0] != num_heads * d_v:
+        _fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {num_heads}*{d_v} rows "
+                  f"with num_kv_heads = {g} and 'w_v' with shape {w_v.shape}")
+    for bname, w in (("b_q", w_q), ("b_k", w_k), ("b_v", w_v), ("b_o", w_o)):
+        b = params.get(bname)
+        if b is not None and b.shape != (w.shape[1],):
+            _fail(op, f"argument '{bname}' with shape {b.shape} must have shape ({w.shape[1]},) "
+                      f"to match '{w.name}' with shape {w.shape}")
+    dims = Dims(query.shape[0], num_heads, query.shape[1], key.shape[1], d_k, d_v)
+    _check_masks(op, dims, query.dtype, masks["mask"], masks["bias"], masks["legacy_mask"],
+                 masks["key_padding_mask"], masks["causal"])
+    _check_scale(op, masks["scale"])
     return dims

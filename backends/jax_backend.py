@@ -9,6 +9,7 @@ import functools
 
 import numpy as np
 
+from ._base import CAPABILITIES
 from ._generic import ArrayBackend
 
 
@@ -29,6 +30,7 @@ class JaxBackend(ArrayBackend):
 
     framework = "jax"
     framework_label = "jax"
+    capabilities = CAPABILITIES  # "grad" by jax.vjp (_vjp), "gqa" in the generic algorithms
 
     def framework_version(self) -> str:
         return _jax().__version__
@@ -96,9 +98,18 @@ class JaxBackend(ArrayBackend):
     def _constant(self, array: np.ndarray, like):
         return _jnp().asarray(array)
 
+    def _full(self, shape, value: float, like):
+        return _jnp().full(shape, value, dtype=like.dtype)
+
+    def _vjp(self, fn, primals: dict, cotangent) -> dict:
+        """GRAD by ``jax.vjp`` over the dict of primals."""
+        _, pullback = _jax().vjp(fn, primals)
+        return pullback(cotangent)[0]
+
 
 class JitJaxBackend(JaxBackend):
-    """The batched algorithm compiled with ``jax.jit`` (one compilation per shape and mask set)."""
+    """The batched algorithm compiled with ``jax.jit``. Masks are passed in canonical full form
+    (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype compiles once."""
 
     def __init__(self):
         super().__init__("batched")
@@ -110,14 +121,20 @@ class JitJaxBackend(JaxBackend):
     def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
         if self._sdpa_jit is None:
             self._sdpa_jit = _jax().jit(super()._sdpa, static_argnums=(7, 8))
-        return self._sdpa_jit(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale)
+        full = (*self._shape(q)[:3], self._shape(k)[2])
+        mask, bias, legacy_mask = self._canonical_masks(q, full, mask, bias, legacy_mask,
+                                                        key_padding_mask, causal)
+        return self._sdpa_jit(q, k, v, mask, bias, legacy_mask, None, None, scale)
 
     def _mha(self, query, key, value, p, num_heads, mask, bias, legacy_mask, key_padding_mask,
-             causal, scale):
+             causal, scale, num_kv_heads=None):
         if self._mha_jit is None:
-            self._mha_jit = _jax().jit(super()._mha, static_argnums=(4, 9, 10))
-        return self._mha_jit(query, key, value, p, num_heads, mask, bias, legacy_mask,
-                             key_padding_mask, causal, scale)
+            self._mha_jit = _jax().jit(super()._mha, static_argnums=(4, 9, 10, 11))
+        full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
+        mask, bias, legacy_mask = self._canonical_masks(query, full, mask, bias, legacy_mask,
+                                                        key_padding_mask, causal)
+        return self._mha_jit(query, key, value, p, num_heads, mask, bias, legacy_mask, None, None,
+                             scale, num_kv_heads)
 
 
 

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from ._base import CAPABILITIES
 from ._generic import ArrayBackend
 
 
@@ -27,6 +28,7 @@ class TensorFlowBackend(ArrayBackend):
 
     framework = "tensorflow"
     framework_label = "tf"
+    capabilities = CAPABILITIES  # "grad" by GradientTape (_vjp), "gqa" in the generic algorithms
 
     def framework_version(self) -> str:
         return _tf().__version__
@@ -94,9 +96,25 @@ class TensorFlowBackend(ArrayBackend):
     def _constant(self, array: np.ndarray, like):
         return _tf().constant(array)
 
+    def _full(self, shape, value: float, like):
+        tf = _tf()
+        return tf.fill(shape, tf.constant(value, dtype=like.dtype))
+
+    def _vjp(self, fn, primals: dict, cotangent) -> dict:
+        """GRAD by ``tf.GradientTape`` watching every primal (unconnected ones get zeros); each
+        primal is a fresh tensor, so one array passed as query, key and value gets three partials."""
+        tf = _tf()
+        primals = {n: tf.identity(t) for n, t in primals.items()}
+        with tf.GradientTape() as tape:
+            tape.watch(list(primals.values()))
+            out = fn(primals)
+        return tape.gradient(out, primals, output_gradients=cotangent,
+                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
 
 class FunctionTensorFlowBackend(TensorFlowBackend):
-    """The batched algorithm compiled with ``tf.function`` (one trace per shape and mask set)."""
+    """The batched algorithm compiled with ``tf.function``. Masks are passed in canonical full form
+    (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype is traced once."""
 
     def __init__(self):
         super().__init__("batched")
@@ -109,11 +127,20 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
             self._compiled[key] = _tf().function(fn)
         return self._compiled[key]
 
-    def _sdpa(self, *args):
-        return self._compile("sdpa", super()._sdpa)(*args)
+    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+        full = (*self._shape(q)[:3], self._shape(k)[2])
+        mask, bias, legacy_mask = self._canonical_masks(q, full, mask, bias, legacy_mask,
+                                                        key_padding_mask, causal)
+        return self._compile("sdpa", super()._sdpa)(q, k, v, mask, bias, legacy_mask, None, None,
+                                                    scale)
 
-    def _mha(self, *args):
-        return self._compile("mha", super()._mha)(*args)
+    def _mha(self, query, key, value, p, num_heads, mask, bias, legacy_mask, key_padding_mask,
+             causal, scale, *rest):
+        full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
+        mask, bias, legacy_mask = self._canonical_masks(query, full, mask, bias, legacy_mask,
+                                                        key_padding_mask, causal)
+        return self._compile("mha", super()._mha)(query, key, value, p, num_heads, mask, bias,
+                                                  legacy_mask, None, None, scale, *rest)
 
 
 PER_HEAD = TensorFlowBackend("perhead")

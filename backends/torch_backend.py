@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._base import CAPABILITIES
 from ._generic import ArrayBackend
 
 
@@ -24,6 +25,7 @@ class TorchBackend(ArrayBackend):
 
     framework = "torch"
     framework_label = "torch"
+    capabilities = CAPABILITIES  # "grad" by autograd (_vjp), "gqa" in the generic algorithms
 
     def framework_version(self) -> str:
         return _torch().__version__
@@ -88,6 +90,15 @@ class TorchBackend(ArrayBackend):
 
     def _constant(self, array: np.ndarray, like):
         return _torch().as_tensor(array, device=like.device)
+
+    def _vjp(self, fn, primals: dict, cotangent) -> dict:
+        """GRAD by autograd: fresh leaves (one per argument, even for self-attention)."""
+        torch = _torch()
+        leaves = {n: t.detach().clone().requires_grad_(True) for n, t in primals.items()}
+        with torch.enable_grad():
+            grads = torch.autograd.grad(fn(leaves), list(leaves.values()), grad_outputs=cotangent,
+                                        allow_unused=True)
+        return {n: torch.zeros_like(leaves[n]) if g is None else g for n, g in zip(leaves, grads)}
 
 
 PER_HEAD = TorchBackend("perhead")

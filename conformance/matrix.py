@@ -1,0 +1,249 @@
+"""``python -m mhaspec.conformance.matrix``: the conformance matrix of every registered backend.
+
+Runs the conformance suite (ci profile) once over every registered backend with
+``--mhaspec-report``, then renders ``docs/generated/matrix.md`` (included by ``docs/matrix.md``):
+
+* one row per implementation, one column per chapter of the spec; a cell is *pass*, *deviation*
+  (with the backend's declared one-line behaviour), *not implemented* (capability not claimed) or
+  *fail* (with the failing clauses); framework versions and the device are listed per row;
+* a pairwise agreement table: the largest absolute difference between the outputs of every two
+  implementations on a few fixed inputs, in float64 and float32.
+
+Clause links are relative to ``docs/`` (``spec/index.md#MASK-9``), where the page is included.
+Options: ``--dtypes float64,float32`` (a shorter run; the page says so), ``--report FILE`` (render
+an existing report instead of running), ``--out``, ``--profile``; other arguments after ``--`` go to
+pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import platform
+import subprocess
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from mhaspec.backends import BackendLoadError, MHAParams, load_backend, registered_backends
+from mhaspec.spec import load as load_spec
+
+from .plugin import SEVERITY
+from .strategies import CaseSpec, build_case
+
+DEFAULT_OUT = pathlib.Path("docs/generated/matrix.md")
+DEFAULT_REPORT = pathlib.Path("results/matrix/report.json")
+
+#: Fixed inputs of the agreement table: self-attention, cross-attention with masks, causal.
+AGREEMENT_CASES = {
+    "self, h=2, L=5": CaseSpec(batch=2, heads=2, len_q=5, len_k=5, d_k=4, d_v=4, d_model=8, k_dim=8,
+                               v_dim=8, d_out=8, self_attention=True, seed=101),
+    "mask + key padding, h=2, L_q=5, L_k=8": CaseSpec(
+        batch=2, heads=2, len_q=5, len_k=8, d_k=4, d_v=4, d_model=8, k_dim=8, v_dim=8, d_out=8,
+        mask_shape=(2, 1, 5, 8), key_padding=True, seed=102),
+    "causal top-left, h=3, L=8": CaseSpec(batch=1, heads=3, len_q=8, len_k=8, d_k=4, d_v=4,
+                                          d_model=12, k_dim=12, v_dim=12, d_out=12,
+                                          self_attention=True, causal="top_left", seed=103),
+}
+
+CELL = {"pass": "pass", "deviation": "deviation", "not-implemented": "not implemented",
+        "fail": "**fail**", "stale-deviation": "**fail** (stale deviation)",
+        "unavailable": "unavailable"}
+
+
+def link(clause: str) -> str:
+    return f"[{clause}](spec/index.md#{clause})"
+
+
+def run_suite(report: pathlib.Path, backends: list[str], dtypes: str | None, profile: str,
+              extra: list[str]) -> int:
+    """Run the conformance suite once over ``backends``, writing the JSON report."""
+    report.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p",
+           "no:cacheprovider", "-q", "--no-header", "-rN", "--mhaspec-profile", profile,
+           "--mhaspec-report", str(report)]
+    for b in backends:
+        cmd += ["--backend", b]
+    if dtypes:
+        cmd += ["--mhaspec-dtypes", dtypes]
+    print("running:", " ".join(cmd), flush=True)
+    return subprocess.call(cmd + extra)
+
+
+def _chapter_cell(outcomes: dict[str, str], deviations: dict[str, str]) -> str:
+    """One cell from clause -> worst outcome for the clauses of one chapter."""
+    ran = {c: o for c, o in outcomes.items() if o != "unavailable"}
+    if not ran:
+        return "unavailable" if outcomes else ""
+    worst = min(ran.values(), key=SEVERITY.index)
+    if worst in ("fail", "stale-deviation"):
+        bad = [c for c, o in ran.items() if o == worst]
+        return CELL[worst] + ": " + ", ".join(link(c) for c in bad)
+    parts = []
+    devs = [c for c, o in ran.items() if o == "deviation"]
+    if devs:
+        parts.append("deviation: " + "; ".join(f"{link(c)}: {deviations.get(c, 'declared')}"
+                                               for c in devs))
+    passed = [c for c, o in ran.items() if o == "pass"]
+    missing = [c for c, o in ran.items() if o == "not-implemented"]
+    if passed:
+        parts.insert(0, "pass" if not devs and not missing else
+                     "pass: " + ", ".join(link(c) for c in passed))
+    if missing:
+        parts.append("not implemented" + ("" if not passed and not devs else
+                                          ": " + ", ".join(link(c) for c in missing)))
+    return "<br>".join(parts)
+
+
+def agreement(backends: list, dtype: str) -> tuple[list[str], np.ndarray]:
+    """Max abs difference of multi-head attention outputs between every two backends (NaN where
+    a backend cannot run a case; the worst over :data:`AGREEMENT_CASES`)."""
+    names, outs = [], []
+    for be in backends:
+        if "mha" not in be.capabilities:
+            continue
+        results = []
+        for spec in AGREEMENT_CASES.values():
+            case = build_case(spec)
+            try:
+                arr = lambda x: None if x is None else be.asarray(  # noqa: E731
+                    np.asarray(x), dtype="bool" if np.asarray(x).dtype == bool else dtype)
+                query = arr(case.query)
+                key, value = (query, query) if spec.self_attention else (arr(case.key),
+                                                                         arr(case.value))
+                kw = case.mask_kwargs()
+                kw = {n: (arr(v) if n in ("mask", "bias", "legacy_mask", "key_padding_mask")
+                          else v) for n, v in kw.items()}
+                out, _ = be.multi_head_attention(query, key, value,
+                                                 MHAParams(*(arr(p) for p in case.params)),
+                                                 num_heads=spec.heads, **kw)
+                results.append(np.asarray(be.to_numpy(out), dtype=np.float64))
+            except (NotImplementedError, ValueError):
+                results.append(None)
+        names.append(be.name)
+        outs.append(results)
+    n = len(names)
+    table = np.full((n, n), np.nan)
+    for i in range(n):
+        for j in range(n):
+            diffs = [float(np.max(np.abs(a - b))) for a, b in zip(outs[i], outs[j])
+                     if a is not None and b is not None]
+            if diffs:
+                table[i, j] = max(diffs)
+    return names, table
+
+
+def render(results: list[dict], backends: dict, dtypes: str | None, profile: str) -> str:
+    spec = load_spec()
+    chapters = [ch for ch in spec.chapters if any(c.chapter == ch.id and c.testable
+                                                  for c in spec.clauses)]
+    clause_chapter = {c.id: c.chapter for c in spec.clauses}
+    worst: dict[tuple[str, str], str] = {}
+    combos: dict[str, set] = defaultdict(set)
+    for r in results:
+        if r["outcome"] != "unavailable":
+            combos[r["backend"]].add((r["device"], r["dtype"]))
+        for c in r["clauses"]:
+            key = (r["backend"], c)
+            if key not in worst or SEVERITY.index(r["outcome"]) < SEVERITY.index(worst[key]):
+                worst[key] = r["outcome"]
+    names = sorted({b for b, _ in worst})
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    scope = (f"dtypes {dtypes.replace(',', ', ')} only (a shorter run: float16 and bfloat16 were "
+             f"not run)" if dtypes else "every dtype each backend claims")
+    lines = [
+        f"# Conformance matrix: {spec.name} {spec.version}", "",
+        f"Generated by `python -m mhaspec.conformance.matrix` (`nox -s matrix`) on {now}: the "
+        f"conformance suite, Hypothesis profile `{profile}`, {scope}, on {platform.machine()} "
+        f"{platform.system()} with Python {platform.python_version()}. Devices without hardware "
+        f"on this machine are reported unavailable and not shown.", "",
+        "A cell sums up the clauses of one chapter: **pass**, **deviation** (the backend declares "
+        "it does not follow the clause; the suite confirms that it really deviates; the declared "
+        "behaviour is quoted), **not implemented** (the backend does not claim the capability "
+        "the clause needs) or **fail**. A clause is as bad as its worst run over devices and "
+        "dtypes.", ""]
+    lines += ["## Implementations", "", "| implementation | framework | version | ran on |",
+              "|---|---|---|---|"]
+    for n in names:
+        be = backends.get(n)
+        fw = getattr(be, "framework", "?")
+        try:
+            ver = be.framework_version() if be is not None else "?"
+        except Exception:  # noqa: BLE001 - a version is informative only
+            ver = "?"
+        ran = ", ".join(f"{d}/{t}" for d, t in sorted(combos[n])) or "-"
+        lines.append(f"| `{n}` | {fw} | {ver} | {ran} |")
+    lines += ["", "## Results by chapter", "",
+              "| implementation | " + " | ".join(f"[{ch.id}](spec/index.md#{ch.id})"
+                                                 for ch in chapters) + " |",
+              "|---|" + "---|" * len(chapters)]
+    for n in names:
+        devs = dict(getattr(backends.get(n), "deviations", {}) or {})
+        cells = []
+        for ch in chapters:
+            outcomes = {c: o for (b, c), o in worst.items() if b == n and clause_chapter.get(c) == ch.id}
+            cells.append(_chapter_cell(outcomes, devs))
+        lines.append(f"| `{n}` | " + " | ".join(cells) + " |")
+    counts = defaultdict(lambda: defaultdict(int))
+    for (b, _), o in worst.items():
+        counts[b][o] += 1
+    lines += ["", "Clauses per outcome: " + "; ".join(
+        f"`{n}` " + ", ".join(f"{counts[n][o]} {o}" for o in SEVERITY if counts[n][o])
+        for n in names) + ".", ""]
+    lines += ["## Pairwise agreement", "",
+              "Largest absolute difference between the multi-head attention outputs of two "
+              "implementations on the same fixed inputs (the worst of: "
+              + "; ".join(AGREEMENT_CASES) + "), computed on the CPU. `-`: one of them cannot run "
+              "these inputs (e.g. an SDPA-only kernel); fully masked rows do not occur in these "
+              "inputs.", ""]
+    loaded = [backends[n] for n in names if n in backends]
+    for dtype in ("float64", "float32"):
+        if dtypes and dtype not in dtypes.split(","):
+            continue
+        bnames, table = agreement(loaded, dtype)
+        lines += [f"### {dtype}", "", "| | " + " | ".join(f"`{b}`" for b in bnames) + " |",
+                  "|---|" + "---|" * len(bnames)]
+        for i, b in enumerate(bnames):
+            row = ["-" if np.isnan(v) else ("0" if v == 0 else f"{v:.1e}") for v in table[i]]
+            lines.append(f"| `{b}` | " + " | ".join(row) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mhaspec.conformance.matrix",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    parser.add_argument("--report", type=pathlib.Path, default=None,
+                        help="render this existing --mhaspec-report JSON instead of running")
+    parser.add_argument("--dtypes", default=None, help="only these dtypes, e.g. float64,float32")
+    parser.add_argument("--profile", default="ci")
+    parser.add_argument("--backend", action="append", default=[],
+                        help="only these backends (default: every registered backend)")
+    args, extra = parser.parse_known_args(argv)
+    backends, refs = {}, []
+    for ref in args.backend or sorted(registered_backends()):
+        try:
+            be = load_backend(ref)
+        except BackendLoadError as exc:
+            print(f"skipping {ref}: {exc}", file=sys.stderr)
+            continue
+        backends[be.name] = be
+        refs.append(ref)
+    report = args.report
+    if report is None:
+        report = DEFAULT_REPORT
+        run_suite(report, refs, args.dtypes, args.profile,
+                  [a for a in extra if a != "--"])
+    results = json.loads(report.read_text(encoding="utf-8"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(results, backends, args.dtypes, args.profile), encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

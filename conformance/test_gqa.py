@@ -1,0 +1,102 @@
+"""Clause MHA-6: grouped-query and multi-query attention (optional capability "gqa").
+
+Axis legend: B batch, L_q / L_k lengths, h heads, g key/value heads (``num_kv_heads``).
+
+A case of the suite is turned into a grouped one by keeping the first ``g`` key/value column blocks
+of ``W_k``, ``W_v`` (and ``b_k``, ``b_v``); the oracle evaluates the clause's definition (query head
+``i`` uses key/value head ``i // (h / g)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mhaspec.backends import MHAParams
+from mhaspec.conformance import harness, tolerance
+from mhaspec.conformance.strategies import CaseSpec, case_specs
+from mhaspec.spec import oracle
+
+pytestmark = pytest.mark.requires("mha", "gqa")
+
+#: h = 4 and 6 (beyond the suite's head menu) so that 1 < g < h occurs.
+GROUPED = [CaseSpec(batch=2, heads=4, len_q=5, len_k=8, d_k=4, d_v=4, d_model=16, k_dim=16,
+                    v_dim=16, d_out=16, self_attention=False, seed=41),
+           CaseSpec(batch=1, heads=6, len_q=8, len_k=8, d_k=1, d_v=1, d_model=6, k_dim=6, v_dim=6,
+                    d_out=6, self_attention=True, mask_shape=(1, 6, 8, 8), seed=42)]
+
+
+def grouped_params(params: oracle.Params, h: int, g: int) -> oracle.Params:
+    """The first g key/value head blocks of ``params`` (h heads)."""
+    d_k, d_v = params.w_k.shape[1] // h, params.w_v.shape[1] // h
+    return params._replace(
+        w_k=params.w_k[:, :g * d_k], w_v=params.w_v[:, :g * d_v],
+        b_k=None if params.b_k is None else params.b_k[:g * d_k],
+        b_v=None if params.b_v is None else params.b_v[:g * d_v],
+        w_o=params.w_o[:h * d_v])
+
+
+def run_grouped(impl, case, g: int):
+    params = grouped_params(case.params, case.spec.heads, g)
+    query = impl.arr(case.query)
+    key, value = (query, query) if case.spec.self_attention else (impl.arr(case.key),
+                                                                  impl.arr(case.value))
+    got = impl._result(*impl.backend.multi_head_attention(
+        query, key, value, MHAParams(*(impl.arr(p) for p in params)), num_heads=case.spec.heads,
+        num_kv_heads=g, **impl.masks(case)))
+    return got, params
+
+
+def expect_grouped_oracle(impl, case, g: int) -> None:
+    got, params = run_grouped(impl, case, g)
+    kw = {**case.mask_kwargs(), "num_heads": case.spec.heads, "num_kv_heads": g}
+    want = oracle.multi_head_attention(case.query, case.key, case.value, params, **kw)
+    naive = oracle.multi_head_attention(case.query, case.key, case.value, params,
+                                        precision=tolerance.naive_precision(impl.dtype), **kw)
+    scale = float(max(np.abs(want[0]).max(initial=0.0), np.abs(case.value).max(initial=0.0)))
+    checks = [("output", got.out, want[0], naive[0], scale)]
+    if got.weights is not None:
+        checks.append(("weights", got.weights, want[1], naive[1], 1.0))
+    for what, actual, exp, nv, sc in checks:
+        verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=sc)
+        harness.record_ratio("MHA-6", verdict.ratio)
+        assert verdict.ok, (f"[MHA-6] {impl.id}: {what} with num_kv_heads = {g} differs from the "
+                            f"oracle: {verdict.describe()}\nbase case: {case.spec!r}")
+
+
+@st.composite
+def grouped_specs(draw):
+    spec = draw(st.one_of(case_specs(masks=True, bias=True, key_padding=True, causal=True,
+                                     custom_scale=True), st.sampled_from(GROUPED)))
+    divisors = [g for g in range(1, spec.heads + 1) if spec.heads % g == 0]
+    return spec, draw(st.sampled_from(divisors))
+
+
+@pytest.mark.clause("MHA-6")
+@given(spec_g=grouped_specs())
+def test_grouped_query_attention_uses_key_value_head_i_over_group(impl, spec_g):
+    spec, g = spec_g
+    expect_grouped_oracle(impl, impl.case(spec), g)
+
+
+@pytest.mark.clause("MHA-6")
+@pytest.mark.parametrize("g", [1, 2])
+def test_grouped_query_attention_fixed_cases(impl, g):
+    """Multi-query (g = 1) and g = 2 on h = 4 and h = 6."""
+    for spec in GROUPED:
+        expect_grouped_oracle(impl, impl.case(spec), g)
+
+
+@pytest.mark.clause("MHA-6", "ERR-1")
+@pytest.mark.requires("errors")
+@pytest.mark.parametrize("g", [0, 3, 2.0, True])
+def test_num_kv_heads_must_divide_num_heads(impl, g):
+    """h = 4: 0, 3 (no divisor), 2.0 and True (not integers) raise ValueError naming it."""
+    case = impl.case(GROUPED[0])
+    params = MHAParams(*(impl.arr(p) for p in case.params))
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        impl.backend.multi_head_attention(impl.arr(case.query), impl.arr(case.key),
+                                          impl.arr(case.value), params, num_heads=4,
+                                          num_kv_heads=g)

@@ -1,0 +1,98 @@
+"""Chapter GRAD: gradients of sum(output * G) against the analytic float64 gradient.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_out output width.
+
+The cotangent ``G (B, L_q, d_out)`` is fixed random data derived from the case's seed. Each
+gradient is judged as NUM-3 judges an output: against ``spec/oracle_grad.py`` in float64, with the
+reference error of the same analytic gradient evaluated in float32 (scaled to float64's unit
+roundoff for float64 candidates) and the largest magnitude among all the oracle's gradients of the
+case as the scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from mhaspec.backends import MHAParams
+from mhaspec.conformance import harness, tolerance
+from mhaspec.conformance.strategies import case_specs
+from mhaspec.spec import oracle
+from mhaspec.spec.oracle_grad import mha_vjp as oracle_vjp
+
+pytestmark = [pytest.mark.requires("mha", "grad"), pytest.mark.dtypes("float64", "float32")]
+
+
+def cotangent(case) -> np.ndarray:
+    """The fixed cotangent of ``case``: standard normal (B, L_q, d_out) from its seed."""
+    s = case.spec
+    return np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
+
+
+def backend_grads(impl, case, cot) -> dict[str, np.ndarray]:
+    """Run the backend's mha_vjp on ``case``; self-attention passes one array three times."""
+    query = impl.arr(case.query)
+    key, value = (query, query) if case.spec.self_attention else (impl.arr(case.key),
+                                                                  impl.arr(case.value))
+    params = MHAParams(*(impl.arr(p) for p in case.params))
+    grads = impl.backend.mha_vjp(query, key, value, params, impl.arr(cot),
+                                 num_heads=case.spec.heads, **impl.masks(case))
+    item = harness.current_item.get()
+    if item is not None:
+        item.mhaspec_calls = getattr(item, "mhaspec_calls", 0) + 1
+    return {n: impl.backend.to_numpy(g) for n, g in grads.items()}
+
+
+def oracle_grads(case, cot, precision="float64") -> dict[str, np.ndarray]:
+    _, grads = oracle_vjp(case.query, case.key, case.value, case.params, cot,
+                          num_heads=case.spec.heads, precision=precision, **case.mask_kwargs())
+    return grads
+
+
+def expect_oracle_grads(impl, case, got: dict, clause: str) -> None:
+    """Every gradient agrees with the analytic one under the NUM-3 rule (GRAD-1)."""
+    cot = cotangent(case)
+    want = oracle_grads(case, cot)
+    naive = oracle_grads(case, cot, tolerance.naive_precision(impl.dtype))
+    assert set(got) == set(want), (f"[{clause}] {impl.id}: gradients for {sorted(got)}, the spec "
+                                   f"asks for {sorted(want)}")
+    # one scale for the whole gradient: small entries (b_k's is exactly 0, softmax being shift
+    # invariant) are differences of terms as large as the largest gradient
+    scale = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
+    for name in want:
+        verdict = tolerance.judge(got[name], want[name], naive[name], dtype=impl.dtype, scale=scale)
+        harness.record_ratio(clause, verdict.ratio)
+        if not verdict.ok:
+            raise AssertionError(
+                f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): gradient of "
+                f"'{name}' differs from the analytic float64 gradient: {verdict.describe()}\n"
+                f"reproduce the case with:\n{harness.reproducer(impl, 'mha', case.spec)}")
+
+
+@pytest.mark.clause("GRAD-1")
+@given(spec=case_specs(masks=True, bias=True, legacy=True, key_padding=True, causal=True,
+                       custom_scale=True))
+def test_gradients_agree_with_the_analytic_gradient(impl, spec):
+    case = impl.case(spec)
+    expect_oracle_grads(impl, case, backend_grads(impl, case, cotangent(case)), "GRAD-1")
+
+
+@pytest.mark.clause("GRAD-2")
+@pytest.mark.requires("masks")
+@given(spec=case_specs(masks=True, fully_masked=True, key_padding=True, causal=True))
+def test_masked_rows_and_keys_have_finite_and_zero_gradients(impl, spec):
+    case = impl.case(spec)
+    got = backend_grads(impl, case, cotangent(case))
+    bad = [n for n, g in got.items() if not np.all(np.isfinite(g))]
+    assert not bad, f"[GRAD-2] {impl.id}: NaN or infinity in the gradients of {bad}"
+    s = case.spec
+    allowed = oracle.allowed_mask(s.batch, s.heads, s.len_q, s.len_k, mask=case.mask,
+                                  key_padding_mask=case.key_padding_mask, causal=s.causal)
+    dead_queries = ~allowed.any(axis=(1, 3))  # (B, L_q): empty in every head
+    dead_keys = ~allowed.any(axis=(1, 2))     # (B, L_k): attended by no query in any head
+    for name, dead in (("query", dead_queries), ("key", dead_keys), ("value", dead_keys)):
+        leaked = np.abs(got[name][dead]).max(initial=0.0)
+        assert leaked == 0.0, (f"[GRAD-2] {impl.id}: gradient {leaked:.3e} for a row of '{name}' "
+                               f"the output does not depend on; it must be exactly 0")
+    expect_oracle_grads(impl, case, got, "GRAD-2")
