@@ -184,9 +184,26 @@ class ArrayBackend(Backend):
 
         def forward(x):
             p = MHAParams(**{n: x.get(n) for n in MHAParams._fields})
-            return self._mha(x["query"], x["key"], x["value"], p, *args)[0]
+            return self._vjp_forward(x["query"], x["key"], x["value"], p, *args)[0]
 
         return self._vjp(forward, primals, cotangent)
+
+    def _vjp_forward(self, *args):
+        """The forward :meth:`mha_vjp` differentiates: ``_mha`` (an attention-only adapter uses
+        :meth:`_mha_over_sdpa`, its own kernel between the projections)."""
+        return self._mha(*args)
+
+    def _mha_over_sdpa(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
+                       key_padding_mask, causal, scale):
+        """Multi-head attention as projections, split_heads, ``self._sdpa``, combine_heads and the
+        output projection (the batched form, MHA-2), whatever ``_sdpa`` is."""
+        q, k, v = (self._split(self._linear(x, w, b), num_heads)
+                   for x, w, b in ((query, p.w_q, p.b_q), (key, p.w_k, p.b_k),
+                                   (value, p.w_v, p.b_v)))
+        out, weights = self._sdpa(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale)
+        b, h, length, d = self._shape(out)
+        out = self._reshape(self._transpose(out, (0, 2, 1, 3)), (b, length, h * d))
+        return self._linear(out, p.w_o, p.b_o), weights
 
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """``{name: d sum(fn(primals) * cotangent) / d primals[name]}`` (a framework's autodiff)."""

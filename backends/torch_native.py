@@ -77,8 +77,12 @@ class TorchSDPA(_TorchNative):
     """``torch.nn.functional.scaled_dot_product_attention`` behind the spec's SDPA."""
 
     native_op = "torch.nn.functional.scaled_dot_product_attention"
-    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors"})
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad"})
     deviations: dict[str, str] = {}
+
+    def _vjp_forward(self, *args):
+        """GRAD: autograd through the spec's projections around the native kernel."""
+        return self._mha_over_sdpa(*args)
 
     def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
         torch = _torch()
@@ -101,8 +105,9 @@ class TorchSDPA(_TorchNative):
             kwargs["attn_mask"] = self._neg_inf_where_blocked(allowed, additive, q)
         elif allowed is not None:
             kwargs["attn_mask"] = allowed
-        with torch.no_grad():
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=scale, **kwargs)
+        # no torch.no_grad(): mha_vjp differentiates through the kernel (plain calls build no graph,
+        # their inputs do not require grad)
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=scale, **kwargs)
         return out, None
 
     def _mha(self, *args):
@@ -113,10 +118,11 @@ class TorchMHA(_TorchNative):
     """``torch.nn.MultiheadAttention`` behind the spec's multi-head attention."""
 
     native_op = "torch.nn.MultiheadAttention"
-    capabilities = frozenset({"mha", "weights", "masks", "causal", "legacy_mask", "errors"})
+    capabilities = frozenset({"mha", "weights", "masks", "causal", "legacy_mask", "errors", "grad"})
     deviations = {
         "MASK-9": "fully masked row -> NaN output and NaN weights (need_weights=True path "
                   "softmaxes a row of -inf)",
+        "GRAD-2": "fully masked row -> NaN gradients (the forward row is NaN, MASK-9)",
     }
 
     def _sdpa(self, *args):
@@ -164,6 +170,49 @@ class TorchMHA(_TorchNative):
     def _mha(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
              key_padding_mask, causal, scale):
         torch = _torch()
+        with torch.no_grad():
+            out, weights, _ = self._call(query, key, value, p, num_heads, mask, bias, legacy_mask,
+                                         key_padding_mask, causal, scale)
+        return out, weights
+
+    def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
+                mask=None, bias=None, legacy_mask=None, key_padding_mask=None, causal=None,
+                scale=None, num_kv_heads=None) -> dict:
+        """GRAD: autograd w.r.t. fresh input leaves and the module's parameters, mapped back to the
+        spec's layout (transposed, packed in_proj split into W_q, W_k, W_v)."""
+        torch = _torch()
+        params, args = self._mha_args(query, key, value, params, num_heads, mask, bias,
+                                      legacy_mask, key_padding_mask, causal, scale, num_kv_heads)
+        x = {n: t.detach().clone().requires_grad_(True)
+             for n, t in (("query", query), ("key", key), ("value", value))}
+        with torch.enable_grad():
+            out, _, mod = self._call(x["query"], x["key"], x["value"], params, *args)
+            named = dict(mod.named_parameters())
+            grads = torch.autograd.grad(out, [*x.values(), *named.values()],
+                                        grad_outputs=cotangent, allow_unused=True)
+        g = {n: t if t is not None else torch.zeros_like(v)
+             for (n, v), t in zip([*x.items(), *named.items()], grads)}
+        d = self._shape(params.w_q)[1]
+        result = {n: g[n] for n in x}
+        if "in_proj_weight" in g:
+            w = g["in_proj_weight"]
+            result.update(w_q=w[:d].T, w_k=w[d:2 * d].T, w_v=w[2 * d:].T)
+        else:
+            result.update(w_q=g["q_proj_weight"].T, w_k=g["k_proj_weight"].T,
+                          w_v=g["v_proj_weight"].T)
+        result["w_o"] = g["out_proj.weight"].T
+        if "in_proj_bias" in g:
+            b = g["in_proj_bias"]
+            for name, part in (("b_q", b[:d]), ("b_k", b[d:2 * d]), ("b_v", b[2 * d:])):
+                if getattr(params, name) is not None:
+                    result[name] = part
+            if params.b_o is not None:
+                result["b_o"] = g["out_proj.bias"]
+        return result
+
+    def _call(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
+              key_padding_mask, causal, scale):
+        """The module call of :meth:`_mha`: (output, weights, module)."""
         d_k = self._shape(p.w_q)[1] // num_heads
         if not is_default_scale(scale, d_k):
             self._unsupported(f"scale = {scale!r} (it always uses 1/sqrt(d_k) = "
@@ -191,10 +240,9 @@ class TorchMHA(_TorchNative):
             else:
                 attn = attn.expand(b, num_heads, len_q, len_k).reshape(b * num_heads, len_q, len_k)
             kwargs["attn_mask"] = attn
-        with torch.no_grad():
-            out, weights = mod(query, key, value, need_weights=True, average_attn_weights=False,
-                               **kwargs)
-        return out, weights
+        out, weights = mod(query, key, value, need_weights=True, average_attn_weights=False,
+                           **kwargs)
+        return out, weights, mod
 
 
 SDPA = TorchSDPA("torch-sdpa")

@@ -59,12 +59,15 @@ def _additive(term, bi: int, head: int, full_head: tuple[int, int], dt) -> np.nd
 
 def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
             num_kv_heads: int | None = None, mask=None, bias=None, legacy_mask=None,
-            key_padding_mask=None, causal=None, scale=None, precision: str = "float64"):
+            key_padding_mask=None, causal=None, scale=None, precision: str = "float64",
+            info: dict | None = None):
     """Output and gradients of ``sum(MultiHead(...) * cotangent)``.
 
     query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim), cotangent (B, L_q, d_out)
     -> (output (B, L_q, d_out), {name: gradient} for the names of :data:`GRAD_NAMES` whose
     argument is present; an absent bias has no entry). ``precision`` is "float64" or "float32".
+    ``info``, when given, receives ``"max_abs_logit"``: the largest ``|s q.k + bias|`` over the
+    allowed pairs of every head (the legacy mask's offset left out), the condition factor of GRAD-1.
     """
     dt = _DTYPES[precision]
     x_in = {"query": np.asarray(query, dt), "key": np.asarray(key, dt), "value": np.asarray(value, dt)}
@@ -96,6 +99,7 @@ def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
         grads[name_x][bi] += dy @ p[name_w][:, cols].T
 
     concat = np.zeros((b_n, l_q, h * d_v), dtype=dt)
+    max_abs_logit = 0.0
     for bi in range(b_n):
         xq, xk, xv = x_in["query"][bi], x_in["key"][bi], x_in["value"][bi]
         d_concat = g_out[bi] @ p["w_o"].T  # (L_q, h*d_v)
@@ -110,6 +114,8 @@ def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
             v_i = project(xv, p["w_v"], p["b_v"], vc)
             logits = (q_i @ k_i.T) * s
             logits = logits + _additive(bias, bi, i, (l_q, l_k), dt)
+            live = allowed[bi, i] & np.isfinite(logits)
+            max_abs_logit = max(max_abs_logit, float(np.max(np.abs(logits[live]), initial=0.0)))
             logits = logits + _additive(legacy, bi, i, (l_q, l_k), dt)
             probs = _softmax(logits, allowed[bi, i])
             concat[bi, :, oc] = probs @ v_i
@@ -128,4 +134,6 @@ def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
     grads["w_o"] = np.einsum("blc,blo->co", concat, g_out)
     if p["b_o"] is not None:
         grads["b_o"] = g_out.sum(axis=(0, 1))
+    if info is not None:
+        info["max_abs_logit"] = max_abs_logit
     return out, grads
