@@ -112,3 +112,14 @@ def matrix(session: nox.Session) -> None:
     to ``python -m mhaspec.conformance.matrix`` (e.g. ``--dtypes float64,float32``)."""
     install(session, "torch", "jax", "tensorflow")
     session.run("python", "-m", "mhaspec.conformance.matrix", *session.posargs)
+
+
+@nox.session(tags=["soak"], default=False)
+def soak(session: nox.Session) -> None:
+    """Run the conformance suite (certify profile) repeatedly on clean backends with fresh random
+    Hypothesis seeds, within ``MHASPEC_SOAK_SECONDS`` (default 3600) or until a target number of
+    backend calls; prints calls and failures per backend x dtype and writes
+    results/soak/summary.json. Arguments after ``--`` go to ``python -m mhaspec.soak`` (e.g.
+    ``--backend numpy-batched --seconds 600 --examples 50000``)."""
+    install(session, "torch", "jax", "tensorflow")
+    session.run("python", "-m", "mhaspec.soak", *session.posargs)

@@ -84,12 +84,296 @@ class StaleDeviation(_Broken):
     deviations = {"MASK-9": "fully masked rows give NaN (not true: this backend gives 0)"}
 
 
+def _round_mantissa(x, bits: int):
+    """``x`` rounded to ``bits`` explicit mantissa bits (round to nearest), in ``x``'s dtype."""
+    m, e = np.frexp(x)
+    return np.ldexp(np.round(m * 2.0 ** (bits + 1)) / 2.0 ** (bits + 1), e).astype(x.dtype)
+
+
+def _plain_attend(q, k, v, allowed, additive, scale, *, fill=-np.inf, subtract_max=True):
+    """Textbook attention with none of ArrayBackend's guards (fully masked rows, overflow)."""
+    logits = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    for term in additive:
+        logits = logits + term
+    if allowed is not None:
+        logits = np.where(allowed, logits, np.asarray(fill, dtype=logits.dtype))
+    if subtract_max:
+        logits = logits - np.max(logits, axis=-1, keepdims=True)
+    e = np.exp(logits)
+    weights = e / np.sum(e, axis=-1, keepdims=True)
+    return np.matmul(weights, v), weights
+
+
+class ScaleFromDModel(_Broken):
+    """Multi-head attention scales by 1/sqrt(d_model) instead of 1/sqrt(d_k)."""
+
+    def multi_head_attention(self, query, key, value, params, *, num_heads, scale=None, **kw):
+        scale = 1.0 / np.sqrt(self._shape(query)[-1]) if scale is None else scale
+        return super().multi_head_attention(query, key, value, params, num_heads=num_heads,
+                                            scale=scale, **kw)
+
+
+class ScaleFromDv(_Broken):
+    """Scaled dot-product attention's default scale is 1/sqrt(d_v) instead of 1/sqrt(d_k)."""
+
+    def scaled_dot_product_attention(self, q, k, v, *, scale=None, **kw):
+        scale = 1.0 / np.sqrt(self._shape(v)[-1]) if scale is None else scale
+        return super().scaled_dot_product_attention(q, k, v, scale=scale, **kw)
+
+
+class ScaleAfterSoftmax(_Broken):
+    """Applies the scale to the weights after the softmax instead of to the logits."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        _, weights = super()._attend(q, k, v, allowed, additive, 1.0)
+        weights = weights * scale
+        return np.matmul(weights, v), weights
+
+
+class NoMaxSubtraction(_Broken):
+    """Softmax without subtracting the row maximum: exp overflows at large logits (NUM-4)."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        return _plain_attend(q, k, v, allowed, additive, scale, subtract_max=False)
+
+
+class SoftmaxThenMaskRenormalised(_Broken):
+    """Softmax over all keys ignoring the masks, then masked weights zeroed and rows renormalised."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        _, weights = super()._attend(q, k, v, None, additive, scale)
+        if allowed is not None:
+            weights = np.where(allowed, weights, 0.0)
+            total = np.sum(weights, axis=-1, keepdims=True)
+            weights = weights / np.where(total != 0, total, 1.0)
+        return np.matmul(weights, v), weights
+
+
+class FiniteMaskValue(_Broken):
+    """Masks with -1e4 instead of -inf: masked keys leak weight at large logits, and fully masked
+    rows average V."""
+
+    def _ifill_masked(self, x, allowed):
+        np.copyto(x, -1e4, where=np.logical_not(allowed))
+        return x
+
+
+class MaskFilledWithZero(_Broken):
+    """Fills masked logits with 0 (masked_fill(mask, 0)) instead of -inf."""
+
+    def _ifill_masked(self, x, allowed):
+        np.copyto(x, 0.0, where=np.logical_not(allowed))
+        return x
+
+
+class WeightsBeforeMasking(_Broken):
+    """Output is masked, but the returned weights are the softmax before masking."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        out, _ = super()._attend(q, k, v, allowed, additive, scale)
+        return out, super()._attend(q, k, v, None, additive, scale)[1]
+
+
+class CausalAlignmentSwapped(_Broken):
+    """Treats causal="bottom_right" as "top_left"."""
+
+    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
+        causal = "top_left" if causal == "bottom_right" else causal
+        return super()._combine_masks(len_q, len_k, like, mask, key_padding_mask, causal)
+
+
+class CausalOffByOne(_Broken):
+    """Causal mask allows j < i (+ offset) instead of j <= i: the diagonal is masked."""
+
+    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
+        allowed = super()._combine_masks(len_q, len_k, like, mask, key_padding_mask, None)
+        if causal is None:
+            return allowed
+        offset = 0 if causal == "top_left" else len_k - len_q
+        tri = np.arange(len_k)[None, :] < np.arange(len_q)[:, None] + offset
+        return tri if allowed is None else allowed & tri
+
+
+class KeyPaddingOnQueryAxis(_Broken):
+    """Reshapes the key padding mask to (B, 1, L, 1): it masks query rows instead of key columns
+    (and fails to broadcast when L_q != L_k)."""
+
+    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
+        allowed = super()._combine_masks(len_q, len_k, like, mask, None, causal)
+        if key_padding_mask is None:
+            return allowed
+        kpm = np.reshape(key_padding_mask, (-1, 1, len_k, 1))
+        return kpm if allowed is None else allowed & kpm
+
+
+class BiasIgnored(_Broken):
+    """Drops the additive bias."""
+
+    def _additive(self, bias, legacy_mask):
+        return super()._additive(None, legacy_mask)
+
+
+class BiasSubtracted(_Broken):
+    """Subtracts the additive bias instead of adding it."""
+
+    def _additive(self, bias, legacy_mask):
+        return super()._additive(None if bias is None else -bias, legacy_mask)
+
+
+class BiasBeforeScaling(_Broken):
+    """Adds the bias (and legacy mask) to Q K^T before scaling: softmax(scale * (Q K^T + bias))."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        return super()._attend(q, k, v, allowed, [t * scale for t in additive], scale)
+
+
+class LegacyMaskPolarityFlipped(_Broken):
+    """Reads the legacy float mask as 1 = may attend: adds (1 - mask) * -1e9."""
+
+    def _additive(self, bias, legacy_mask):
+        return super()._additive(bias, None if legacy_mask is None else 1 - legacy_mask)
+
+
+class LegacyMaskIgnored(_Broken):
+    """Drops the legacy float mask."""
+
+    def _additive(self, bias, legacy_mask):
+        return super()._additive(bias, None)
+
+
+class FullyMaskedRowsUniform(_Broken):
+    """Fills masked logits with the dtype's most negative finite number (a common framework
+    idiom): a fully masked row gets uniform weights, so its output is the mean of V."""
+
+    def _ifill_masked(self, x, allowed):
+        np.copyto(x, np.finfo(x.dtype).min, where=np.logical_not(allowed))
+        return x
+
+
+class FullyMaskedRowsNaN(_Broken):
+    """Textbook softmax with no guard: a fully masked row gives exp(-inf - -inf) = NaN."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return _plain_attend(q, k, v, allowed, additive, scale)
+
+
+class CombineHeadsWithoutTranspose(_Broken):
+    """Combines heads by reshaping (B, h, L, d) straight to (B, L, h*d), without the transpose."""
+
+    def _combine(self, x):
+        b, h, length, d = self._shape(x)
+        return np.reshape(x, (b, length, h * d))
+
+
+class HeadsAveragedAfterOutputBlocks(_Broken):
+    """Projects each head by its block of W_o and averages the heads instead of summing them."""
+
+    def _mha(self, query, key, value, p, num_heads, *rest):
+        out, weights = super()._mha(query, key, value, p, num_heads, *rest)
+        b_o = 0 if p.b_o is None else p.b_o
+        return (out - b_o) / num_heads + b_o, weights
+
+
+class MissingOutputBias(_Broken):
+    """Never adds the output projection's bias b_o."""
+
+    def _mha(self, query, key, value, p, *rest):
+        return super()._mha(query, key, value, p._replace(b_o=None), *rest)
+
+
+class KeyBiasUsedForQuery(_Broken):
+    """Adds b_k to the query projection instead of b_q."""
+
+    def _mha(self, query, key, value, p, *rest):
+        return super()._mha(query, key, value, p._replace(b_q=p.b_k), *rest)
+
+
+class TransposedQueryWeight(_Broken):
+    """Uses W_q^T (an (out, in) layout read as (in, out)) where W_q is square."""
+
+    def _mha(self, query, key, value, p, *rest):
+        w_q = p.w_q.T if p.w_q.shape[0] == p.w_q.shape[1] else p.w_q
+        return super()._mha(query, key, value, p._replace(w_q=w_q), *rest)
+
+
+class OutputProjectionSkipped(_Broken):
+    """Returns the concatenated heads (+ b_o) without multiplying by W_o where the widths allow."""
+
+    def _mha(self, query, key, value, p, *rest):
+        if p.w_o.shape[0] == p.w_o.shape[1]:
+            p = p._replace(w_o=np.eye(p.w_o.shape[0], dtype=p.w_o.dtype))
+        return super()._mha(query, key, value, p, *rest)
+
+
+class SilentBfloat16(_Broken):
+    """Rounds every matmul's operands to bfloat16 (8 significant bits), computes in float32 and
+    casts back: float64 / float32 results with bfloat16 accuracy."""
+
+    def _matmul(self, a, b):
+        low = (_round_mantissa(t.astype(np.float32), 7) for t in (a, b))
+        return np.matmul(*low).astype(np.result_type(a, b))
+
+
+class TF32Rounding(_Broken):
+    """Rounds every matmul's result to 10 mantissa bits (TF32-like), in float32 and float64."""
+
+    def _matmul(self, a, b):
+        return _round_mantissa(np.matmul(a, b), 10)
+
+
+class SoftmaxOverBatch(_Broken):
+    """Normalises over the batch axis (axis 0) instead of the key axis."""
+
+    def _max_last(self, x):
+        return np.max(x, axis=0, keepdims=True)
+
+    def _sum_last(self, x):
+        return np.sum(x, axis=0, keepdims=True)
+
+
+class WeightsAveragedOverHeads(_Broken):
+    """Returns the head-averaged weights (nn.MultiheadAttention's default) for every head."""
+
+    def _mha(self, query, key, value, p, *rest):
+        out, weights = super()._mha(query, key, value, p, *rest)
+        return out, np.broadcast_to(weights.mean(axis=1, keepdims=True), weights.shape).copy()
+
+
 WRONG_SCALE = WrongScale("broken-wrong-scale")
 SOFTMAX_OVER_QUERIES = SoftmaxOverQueries("broken-softmax-axis")
 MASK_POLARITY_FLIPPED = MaskPolarityFlipped("broken-mask-polarity")
 HEADS_SPLIT_WRONG_ORDER = HeadsSplitWrongOrder("broken-head-order")
 KEYS_RESHAPED_WITH_QUERY_LENGTH = KeysReshapedWithQueryLength("broken-kv-reshape")
 SILENT_FLOAT16 = SilentFloat16("broken-silent-fp16")
+SCALE_FROM_D_MODEL = ScaleFromDModel("broken-scale-d-model")
+SCALE_FROM_D_V = ScaleFromDv("broken-scale-d-v")
+SCALE_AFTER_SOFTMAX = ScaleAfterSoftmax("broken-scale-after-softmax")
+NO_MAX_SUBTRACTION = NoMaxSubtraction("broken-no-max-subtraction")
+SOFTMAX_THEN_MASK_RENORMALISED = SoftmaxThenMaskRenormalised("broken-mask-after-softmax")
+FINITE_MASK_VALUE = FiniteMaskValue("broken-mask-minus-1e4")
+MASK_FILLED_WITH_ZERO = MaskFilledWithZero("broken-mask-fill-zero")
+WEIGHTS_BEFORE_MASKING = WeightsBeforeMasking("broken-weights-unmasked")
+CAUSAL_ALIGNMENT_SWAPPED = CausalAlignmentSwapped("broken-causal-alignment")
+CAUSAL_OFF_BY_ONE = CausalOffByOne("broken-causal-off-by-one")
+KEY_PADDING_ON_QUERY_AXIS = KeyPaddingOnQueryAxis("broken-kpm-query-axis")
+BIAS_IGNORED = BiasIgnored("broken-bias-ignored")
+BIAS_SUBTRACTED = BiasSubtracted("broken-bias-subtracted")
+BIAS_BEFORE_SCALING = BiasBeforeScaling("broken-bias-before-scale")
+LEGACY_MASK_POLARITY_FLIPPED = LegacyMaskPolarityFlipped("broken-legacy-polarity")
+LEGACY_MASK_IGNORED = LegacyMaskIgnored("broken-legacy-ignored")
+FULLY_MASKED_ROWS_UNIFORM = FullyMaskedRowsUniform("broken-masked-rows-uniform")
+FULLY_MASKED_ROWS_NAN = FullyMaskedRowsNaN("broken-masked-rows-nan")
+COMBINE_HEADS_WITHOUT_TRANSPOSE = CombineHeadsWithoutTranspose("broken-combine-no-transpose")
+HEADS_AVERAGED_AFTER_OUTPUT_BLOCKS = HeadsAveragedAfterOutputBlocks("broken-heads-averaged")
+MISSING_OUTPUT_BIAS = MissingOutputBias("broken-no-output-bias")
+KEY_BIAS_USED_FOR_QUERY = KeyBiasUsedForQuery("broken-q-uses-k-bias")
+TRANSPOSED_QUERY_WEIGHT = TransposedQueryWeight("broken-w-q-transposed")
+OUTPUT_PROJECTION_SKIPPED = OutputProjectionSkipped("broken-no-output-projection")
+SILENT_BFLOAT16 = SilentBfloat16("broken-silent-bf16")
+TF32_ROUNDING = TF32Rounding("broken-tf32-rounding")
+SOFTMAX_OVER_BATCH = SoftmaxOverBatch("broken-softmax-batch-axis")
+WEIGHTS_AVERAGED_OVER_HEADS = WeightsAveragedOverHeads("broken-weights-head-mean")
 STALE_DEVIATION = StaleDeviation("stale-deviation")
 
 #: attribute -> (backend name, clauses of which at least one must be reported failing)
@@ -100,4 +384,32 @@ EXPECTED = {
     "HEADS_SPLIT_WRONG_ORDER": ("broken-head-order", {"HEAD-1", "HEAD-2", "MHA-1", "PARAM-2"}),
     "KEYS_RESHAPED_WITH_QUERY_LENGTH": ("broken-kv-reshape", {"MHA-2", "MHA-4"}),
     "SILENT_FLOAT16": ("broken-silent-fp16", {"NUM-2", "NUM-3", "SDPA-1"}),
+    "SCALE_FROM_D_MODEL": ("broken-scale-d-model", {"MHA-1", "MHA-2", "MHA-3", "MHA-4", "MHA-5"}),
+    "SCALE_FROM_D_V": ("broken-scale-d-v", {"SDPA-2", "SDPA-3"}),
+    "SCALE_AFTER_SOFTMAX": ("broken-scale-after-softmax", {"SDPA-1", "SDPA-2", "SDPA-4"}),
+    "NO_MAX_SUBTRACTION": ("broken-no-max-subtraction", {"NUM-4"}),
+    "SOFTMAX_THEN_MASK_RENORMALISED": ("broken-mask-after-softmax", {"MASK-1", "MASK-8", "NUM-4"}),
+    "FINITE_MASK_VALUE": ("broken-mask-minus-1e4", {"MASK-1", "MASK-9", "NUM-4"}),
+    "MASK_FILLED_WITH_ZERO": ("broken-mask-fill-zero", {"MASK-1", "MASK-5", "MASK-6", "MASK-9"}),
+    "WEIGHTS_BEFORE_MASKING": ("broken-weights-unmasked", {"MASK-1", "MASK-9", "SDPA-4"}),
+    "CAUSAL_ALIGNMENT_SWAPPED": ("broken-causal-alignment", {"MASK-7"}),
+    "CAUSAL_OFF_BY_ONE": ("broken-causal-off-by-one", {"MASK-6", "MASK-7"}),
+    "KEY_PADDING_ON_QUERY_AXIS": ("broken-kpm-query-axis", {"MASK-5"}),
+    "BIAS_IGNORED": ("broken-bias-ignored", {"MASK-2"}),
+    "BIAS_SUBTRACTED": ("broken-bias-subtracted", {"MASK-2"}),
+    "BIAS_BEFORE_SCALING": ("broken-bias-before-scale", {"MASK-2"}),
+    "LEGACY_MASK_POLARITY_FLIPPED": ("broken-legacy-polarity", {"MASK-3"}),
+    "LEGACY_MASK_IGNORED": ("broken-legacy-ignored", {"MASK-3"}),
+    "FULLY_MASKED_ROWS_UNIFORM": ("broken-masked-rows-uniform", {"MASK-9"}),
+    "FULLY_MASKED_ROWS_NAN": ("broken-masked-rows-nan", {"MASK-9"}),
+    "COMBINE_HEADS_WITHOUT_TRANSPOSE": ("broken-combine-no-transpose", {"HEAD-2", "MHA-1"}),
+    "HEADS_AVERAGED_AFTER_OUTPUT_BLOCKS": ("broken-heads-averaged", {"MHA-1", "MHA-5"}),
+    "MISSING_OUTPUT_BIAS": ("broken-no-output-bias", {"MHA-1", "PARAM-1"}),
+    "KEY_BIAS_USED_FOR_QUERY": ("broken-q-uses-k-bias", {"MHA-1", "PARAM-1"}),
+    "TRANSPOSED_QUERY_WEIGHT": ("broken-w-q-transposed", {"MHA-1", "PARAM-1"}),
+    "OUTPUT_PROJECTION_SKIPPED": ("broken-no-output-projection", {"MHA-1", "PARAM-1"}),
+    "SILENT_BFLOAT16": ("broken-silent-bf16", {"NUM-2", "NUM-3", "SDPA-1"}),
+    "TF32_ROUNDING": ("broken-tf32-rounding", {"NUM-2", "NUM-3", "SDPA-1"}),
+    "SOFTMAX_OVER_BATCH": ("broken-softmax-batch-axis", {"SDPA-1", "SDPA-7"}),
+    "WEIGHTS_AVERAGED_OVER_HEADS": ("broken-weights-head-mean", {"MHA-1", "SHAPE-2"}),
 }

@@ -16,6 +16,13 @@ import broken_backends
 
 HERE = pathlib.Path(__file__).parent
 CLEAN = ("numpy-batched", "numpy-perhead")
+#: NumPy has no automatic differentiation: its backends do not claim the optional capability
+#: "grad", so the GRAD clauses are reported not implemented rather than passed
+NO_AUTODIFF = {"GRAD-1", "GRAD-2"}
+
+
+def _expected_outcomes(clause: str) -> set[str]:
+    return {"pass", "not-implemented"} if clause in NO_AUTODIFF else {"pass"}
 
 
 def run_suite(tmp_path: pathlib.Path, refs: list[str], *extra: str) -> list[dict]:
@@ -63,7 +70,7 @@ def test_broken_backend_is_rejected_with_the_right_clause(results, attr):
 @pytest.mark.parametrize("name", CLEAN)
 def test_clean_backend_passes_every_clause(results, name):
     outcomes = _outcomes(results, name)
-    bad = {c: o for c, o in outcomes.items() if o - {"pass"}}
+    bad = {c: o for c, o in outcomes.items() if o - _expected_outcomes(c)}
     assert not bad, f"{name} should pass every clause, got {bad}"
     from mhaspec.spec import load
 
@@ -74,4 +81,4 @@ def test_clean_backend_passes_every_clause(results, name):
 def test_declared_deviation_that_does_not_deviate_is_reported_stale(results):
     outcomes = _outcomes(results, "stale-deviation")
     assert outcomes["MASK-9"] == {"stale-deviation"}
-    assert all(o == {"pass"} for c, o in outcomes.items() if c != "MASK-9")
+    assert all(o <= _expected_outcomes(c) for c, o in outcomes.items() if c != "MASK-9")

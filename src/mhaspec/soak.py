@@ -1,0 +1,155 @@
+"""Soak the conformance suite: run it again and again on clean backends with fresh random seeds.
+
+``python -m mhaspec.soak [--backend NAME ...] [--seconds S] [--examples N] [-- pytest args]``
+
+Each round is one run of the suite (``--mhaspec-profile certify``, ``--hypothesis-seed=<random>``,
+``--mhaspec-report``) in a subprocess. Rounds continue until the time budget is spent (``--seconds``,
+env ``MHASPEC_SOAK_SECONDS``, default 3600) or every backend x dtype has made the target number of
+backend calls (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 100000); a round still running
+when the budget ends is interrupted (SIGINT), and the results it has so far are kept. After every
+round ``results/soak/summary.json`` is rewritten: per backend x dtype the backend calls (the
+report's ``calls`` per result), tests run and failures, and every failure with its seed and its
+message (which carries Hypothesis's reproducer). Exit status 1 when anything failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+BAD = ("fail", "stale-deviation")
+
+
+def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(prog="python -m mhaspec.soak", description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", action="append", default=[], metavar="NAME|module:attr",
+                   help="backend to soak (repeatable); default: every registered backend that imports")
+    p.add_argument("--seconds", type=float,
+                   default=float(os.environ.get("MHASPEC_SOAK_SECONDS", 3600)),
+                   help="time budget in seconds (env MHASPEC_SOAK_SECONDS, default 3600)")
+    p.add_argument("--examples", type=int,
+                   default=int(os.environ.get("MHASPEC_SOAK_EXAMPLES", 100_000)),
+                   help="stop once every backend x dtype has made this many backend calls "
+                        "(env MHASPEC_SOAK_EXAMPLES, default 100000)")
+    p.add_argument("--dtypes", default=None, metavar="D1,D2", help="only these dtypes")
+    p.add_argument("--output-dir", default="results/soak", type=pathlib.Path,
+                   help="where summary.json and the per-round reports go (default results/soak)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the generator of per-round Hypothesis seeds (default: random)")
+    return p.parse_args(argv), extra
+
+
+def _round(args, seed: int, report: pathlib.Path, deadline: float, extra: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
+           "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile", "certify",
+           f"--hypothesis-seed={seed}", "--mhaspec-report", str(report.resolve())]
+    if args.dtypes:
+        cmd += ["--mhaspec-dtypes", args.dtypes]
+    for ref in args.backend:
+        cmd += ["--backend", ref]
+    cmd += extra
+    # own cwd: the Hypothesis example database of the soak stays under the output directory
+    work = args.output_dir / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    log = (args.output_dir / f"{report.stem}.log").open("w", encoding="utf-8")
+    proc = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+    interrupted = False
+    try:
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        interrupted = True
+        proc.send_signal(signal.SIGINT)  # pytest still writes the report of what has run
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    finally:
+        log.close()
+    results = json.loads(report.read_text()) if report.exists() else []
+    return {"seed": seed, "returncode": proc.returncode, "interrupted": interrupted,
+            "results": results}
+
+
+def _accumulate(summary: dict, rnd: dict, index: int) -> None:
+    cells = summary["by_backend_dtype"]
+    for r in rnd["results"]:
+        key = f"{r['backend']}/{r['dtype']}"
+        cell = cells.setdefault(key, {"backend": r["backend"], "dtype": r["dtype"], "calls": 0,
+                                      "tests": 0, "failures": 0})
+        cell["calls"] += int(r.get("calls", 0))
+        cell["tests"] += r["outcome"] != "unavailable"
+        if r["outcome"] in BAD:
+            cell["failures"] += 1
+            summary["failures"].append({
+                "round": index, "seed": rnd["seed"], "backend": r["backend"], "device": r["device"],
+                "dtype": r["dtype"], "test": r["test"], "clauses": r["clauses"],
+                "outcome": r["outcome"], "message": r.get("message", "")})
+    summary["rounds"].append({"round": index, "seed": rnd["seed"], "returncode": rnd["returncode"],
+                              "interrupted": rnd["interrupted"], "results": len(rnd["results"])})
+
+
+def _table(summary: dict) -> str:
+    rows = [("backend", "dtype", "calls", "tests", "failures")]
+    rows += [(c["backend"], c["dtype"], str(c["calls"]), str(c["tests"]), str(c["failures"]))
+             for c in sorted(summary["by_backend_dtype"].values(),
+                             key=lambda c: (c["backend"], c["dtype"]))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(r, widths))) for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = _parse(sys.argv[1:] if argv is None else argv)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    start = time.monotonic()
+    deadline = start + args.seconds
+    summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
+               "backends": args.backend or "registered", "profile": "certify",
+               "seconds_budget": args.seconds, "target_calls": args.examples, "rounds": [],
+               "by_backend_dtype": {}, "failures": []}
+    out = args.output_dir / "summary.json"
+    index = 0
+    while time.monotonic() < deadline - 1:
+        index += 1
+        seed = rng.randrange(2 ** 32)
+        report = args.output_dir / f"round-{index:03d}.json"
+        report.unlink(missing_ok=True)
+        print(f"soak round {index}: --hypothesis-seed={seed}", flush=True)
+        rnd = _round(args, seed, report, deadline, extra)
+        if not rnd["results"] and not rnd["interrupted"]:
+            summary["error"] = f"round {index} wrote no report (exit {rnd['returncode']}); see " \
+                               f"{args.output_dir / (report.stem + '.log')}"
+            print(summary["error"], file=sys.stderr)
+            break
+        _accumulate(summary, rnd, index)
+        summary["elapsed_s"] = round(time.monotonic() - start, 1)
+        out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+        cells = summary["by_backend_dtype"].values()
+        if cells and min(c["calls"] for c in cells) >= args.examples:
+            break
+    summary["elapsed_s"] = round(time.monotonic() - start, 1)
+    out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    print(f"\nsoak: {len(summary['rounds'])} round(s) in {summary['elapsed_s']:.0f} s")
+    print(_table(summary))
+    for f in summary["failures"]:
+        print(f"\nFAILURE round {f['round']} seed {f['seed']}: {f['backend']} {f['dtype']} "
+              f"{f['test']} {f['clauses']} ({f['outcome']})\n{f['message']}")
+    print(f"\nsoak: summary written to {out}")
+    return 1 if summary["failures"] or "error" in summary else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
