@@ -46,6 +46,18 @@ def conformance(session: nox.Session) -> None:
                 "--mhaspec-profile", os.environ.get("MHASPEC_PROFILE", "ci"), *session.posargs)
 
 
+@nox.session(default=False)
+@nox.parametrize("framework", ["numpy", "torch", "jax", "tensorflow"])
+def conformance_framework(session: nox.Session, framework: str) -> None:
+    """The conformance suite for one framework's backends (the CI matrix runs one per job)."""
+    extras = {"numpy": (), "torch": ("torch",), "jax": ("jax",), "tensorflow": ("tensorflow",)}
+    install(session, *extras[framework])
+    frameworks = ("tensorflow", "keras") if framework == "tensorflow" else (framework,)
+    session.run("pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
+                "--mhaspec-profile", os.environ.get("MHASPEC_PROFILE", "ci"),
+                *(f"--framework={f}" for f in frameworks), *session.posargs)
+
+
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the documentation site into site/ (mkdocs --strict); ``nox -s docs -- serve`` serves it."""

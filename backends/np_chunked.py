@@ -71,7 +71,7 @@ def _cut(m, qs: slice, ks: slice):
 class ChunkedNumpyBackend(NumpyBackend):
     """Batched projections, then attention by key blocks with an online softmax (no weights)."""
 
-    capabilities = CAPABILITIES - {"weights"}
+    capabilities = CAPABILITIES - {"weights", "grad"}
 
     def __init__(self, block_q: int | None = None, block_k: int | None = None):
         super().__init__("batched")

@@ -131,6 +131,7 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         full = (*self._shape(q)[:3], self._shape(k)[2])
         mask, bias, legacy_mask = self._canonical_masks(q, full, mask, bias, legacy_mask,
                                                         key_padding_mask, causal)
+        scale = _tf().constant(scale, dtype=q.dtype)  # a tensor: no retrace per scale value
         return self._compile("sdpa", super()._sdpa)(q, k, v, mask, bias, legacy_mask, None, None,
                                                     scale)
 
@@ -139,6 +140,7 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
         mask, bias, legacy_mask = self._canonical_masks(query, full, mask, bias, legacy_mask,
                                                         key_padding_mask, causal)
+        scale = _tf().constant(scale, dtype=query.dtype)  # a tensor: no retrace per scale value
         return self._compile("mha", super()._mha)(query, key, value, p, num_heads, mask, bias,
                                                   legacy_mask, None, None, scale, *rest)
 

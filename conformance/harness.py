@@ -115,7 +115,7 @@ def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") ->
         spec = spec._replace(causal=None)
     if (spec.mask_shape is not None or spec.key_padding) and "masks" not in capabilities:
         spec = spec._replace(mask_shape=None, key_padding=False)
-    if op == "mha" and "cross" not in capabilities and not spec.self_attention:
+    if op == "mha" and "cross" not in capabilities:  # every width h*d_k, as nn.MultiheadAttention
         width = spec.heads * spec.d_k
         spec = spec._replace(d_v=spec.d_k, d_model=width, k_dim=width, v_dim=width, d_out=width)
     return spec
@@ -139,6 +139,11 @@ def _run_oracle(case: Case, op: str, precision: str, **overrides) -> Result:
         return Result(*oracle.attention(case.q, case.k, case.v, precision=precision, **kw))
     return Result(*oracle.multi_head_attention(case.query, case.key, case.value, case.params,
                                                num_heads=case.spec.heads, precision=precision, **kw))
+
+
+def naive_results(case: Case, op: str, dtype: str, **overrides) -> list[Result]:
+    """The naive algorithm in each precision NUM-3 uses as the reference for ``dtype``."""
+    return [oracle_result(case, op, p, **overrides) for p in tolerance.naive_precisions(dtype)]
 
 
 def _scale(case: Case, op: str, expected: Result) -> float:
@@ -184,10 +189,11 @@ def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict) 
 def allowance(case: Case, op: str, impl: Impl, expected: Result | None = None) -> tuple[float, float]:
     """NUM-3's allowed absolute error for (output, weights) of this case in ``impl.dtype``."""
     expected = expected or oracle_result(case, op)
-    naive = oracle_result(case, op, tolerance.naive_precision(impl.dtype))
-    out = tolerance.judge(expected.out, expected.out, naive.out, dtype=impl.dtype,
+    naive = naive_results(case, op, impl.dtype)
+    out = tolerance.judge(expected.out, expected.out, [n.out for n in naive], dtype=impl.dtype,
                           scale=_scale(case, op, expected))
-    w = tolerance.judge(expected.weights, expected.weights, naive.weights, dtype=impl.dtype, scale=1.0)
+    w = tolerance.judge(expected.weights, expected.weights, [n.weights for n in naive],
+                        dtype=impl.dtype, scale=1.0)
     return out.allowed, w.allowed
 
 
@@ -196,10 +202,10 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
     """Assert ``got`` agrees with the oracle under NUM-3 (output, and weights when returned)."""
     overrides = overrides or {}
     expected = oracle_result(case, op, **overrides)
-    naive = oracle_result(case, op, tolerance.naive_precision(impl.dtype), **overrides)
-    checks = [("output", got.out, expected.out, naive.out, _scale(case, op, expected))]
+    naive = naive_results(case, op, impl.dtype, **overrides)
+    checks = [("output", got.out, expected.out, [n.out for n in naive], _scale(case, op, expected))]
     if got.weights is not None:
-        checks.append(("weights", got.weights, expected.weights, naive.weights, 1.0))
+        checks.append(("weights", got.weights, expected.weights, [n.weights for n in naive], 1.0))
     for what, actual, exp, nv, scale in checks:
         verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=scale)
         record_ratio(clause, verdict.ratio)

@@ -53,6 +53,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("mhaspec", "mhaspec conformance")
     group.addoption("--backend", action="append", default=[], metavar="NAME|module:attr",
                     help="backend to check (repeatable); default: every registered in-repo backend")
+    group.addoption("--framework", action="append", default=[], metavar="NAME",
+                    help="only registered backends of this framework (numpy, torch, jax, "
+                         "tensorflow, keras); repeatable")
     group.addoption("--mhaspec-profile", default=None, choices=sorted(PROFILES),
                     help="Hypothesis profile: dev (default), ci (derandomized), certify (thorough), "
                          "triage (ci without shrinking)")
@@ -81,6 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _backends(config: pytest.Config) -> list:
     refs = config.getoption("--backend")
+    frameworks = set(config.getoption("--framework"))
     loaded = []
     for ref in refs or registered_backends():
         try:
@@ -89,6 +93,8 @@ def _backends(config: pytest.Config) -> list:
             if refs:
                 raise pytest.UsageError(str(exc)) from None
             continue  # framework not installed: `--backend` it explicitly to see why
+        if frameworks and backend.framework not in frameworks:
+            continue
         harness.BACKEND_REFS[backend.name] = ref
         loaded.append(backend)
     return loaded

@@ -20,12 +20,12 @@ def _judge(impl: harness.Impl, case, op: str, overrides: dict) -> list[tolerance
     dtype = impl.dtype
     got = impl.sdpa(case, **overrides) if op == "sdpa" else impl.mha(case, **overrides)
     expected = harness.oracle_result(case, op, **overrides)
-    naive = harness.oracle_result(case, op, tolerance.naive_precision(dtype), **overrides)
-    verdicts = [tolerance.judge(got.out, expected.out, naive.out, dtype=dtype,
+    naive = harness.naive_results(case, op, dtype, **overrides)
+    verdicts = [tolerance.judge(got.out, expected.out, [n.out for n in naive], dtype=dtype,
                                 scale=harness._scale(case, op, expected))]
     if got.weights is not None:
-        verdicts.append(tolerance.judge(got.weights, expected.weights, naive.weights, dtype=dtype,
-                                        scale=1.0))
+        verdicts.append(tolerance.judge(got.weights, expected.weights,
+                                        [n.weights for n in naive], dtype=dtype, scale=1.0))
     for what, v in zip(("output", "weights"), verdicts):
         print(f"{impl.id} {op} {what}: {'conforms' if v.ok else 'DOES NOT CONFORM'}: {v.describe()}")
     return verdicts

@@ -10,8 +10,9 @@ hides the bugs it shares. It loops over batch items and heads and evaluates one 
 valid cases.
 
 ``precision`` runs the same steps in a lower precision. The tolerance rule (NUM-3) uses that to
-measure the error of the naive algorithm in a candidate's dtype: ``"float32"`` runs in float32 and
-``"float16"`` / ``"bfloat16"`` run in float32 and round every intermediate to the narrow type.
+measure the error of the naive algorithm in a candidate's dtype: ``"float32"`` (BLAS products) and
+``"float32-sequential"`` (left-to-right dot products) run in float32; ``"float16"`` /
+``"bfloat16"`` run in float32 and round every intermediate to the narrow type.
 """
 
 from __future__ import annotations
@@ -55,19 +56,37 @@ def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
 _PRECISIONS: dict[str, tuple[type, Callable[[np.ndarray], np.ndarray]]] = {
     "float64": (np.float64, lambda x: x),
     "float32": (np.float32, lambda x: x),
+    "float32-sequential": (np.float32, lambda x: x),
     "float16": (np.float32, lambda x: np.asarray(x).astype(np.float16).astype(np.float32)),
     "bfloat16": (np.float32, round_to_bfloat16),
 }
 
 
 class _Arith:
-    """The working precision: ``dtype`` to compute in, ``rnd`` applied after every step."""
+    """The working precision: ``dtype`` to compute in, ``rnd`` applied after every step.
+
+    ``"float32"`` uses NumPy's float32 matrix product (a blocked BLAS); ``"float32-sequential"`` the
+    textbook one, each dot product summed left to right with a rounding after every multiply and
+    add. In float16 and bfloat16 products are accumulated in float32 and rounded once, as frameworks
+    do for half-precision matmuls.
+    """
 
     def __init__(self, precision: str):
         self.dtype, self.rnd = _PRECISIONS[precision]
+        self.sequential = precision == "float32-sequential"
 
     def cast(self, x):
         return None if x is None else self.rnd(np.asarray(x, dtype=self.dtype))
+
+    def matmul(self, a, b):
+        """a (..., n, d) @ b (..., d, m), or b (d, m)."""
+        if not self.sequential:
+            return self.rnd(a @ b)
+        acc = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-2] + (1,))[:-1]
+                       + (a.shape[-2], b.shape[-1]), dtype=self.dtype)
+        for j in range(a.shape[-1]):
+            acc += a[..., j:j + 1] * b[..., j:j + 1, :]
+        return acc
 
 
 def allowed_mask(b: int, h: int, l_q: int, l_k: int, *, mask=None, key_padding_mask=None,
@@ -102,11 +121,11 @@ def _softmax_rows(logits: np.ndarray, allowed: np.ndarray, ar: _Arith) -> np.nda
 
 def _one_head(q, k, v, allowed, additive, scale, ar: _Arith):
     """One head: q (L_q, d_k), k (L_k, d_k), v (L_k, d_v) -> (out (L_q, d_v), weights (L_q, L_k))."""
-    logits = ar.rnd(ar.rnd(q @ k.T) * ar.dtype(scale))
+    logits = ar.rnd(ar.matmul(q, k.T) * ar.dtype(scale))
     for term in additive:
         logits = ar.rnd(logits + term)
     weights = _softmax_rows(logits, allowed, ar)
-    return ar.rnd(weights @ v), weights
+    return ar.matmul(weights, v), weights
 
 
 def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
@@ -159,7 +178,7 @@ def combine_heads(y):
 
 def _project(x, w, b, cols: slice, ar: _Arith):
     """x (B, L, in) @ w[:, cols] + b[cols] -> (B, L, len(cols)), in the working precision."""
-    y = ar.rnd(x @ np.ascontiguousarray(w[:, cols]))
+    y = ar.matmul(x, np.ascontiguousarray(w[:, cols]))
     return y if b is None else ar.rnd(y + b[cols])
 
 
@@ -197,7 +216,7 @@ def multi_head_attention(query, key, value, params: Params, *, num_heads: int, m
         heads.append(out_i[:, 0])
         weights.append(w_i[:, 0])
     concat = np.concatenate(heads, axis=-1)
-    out = ar.rnd(concat @ p.w_o)
+    out = ar.matmul(concat, p.w_o)
     if p.b_o is not None:
         out = ar.rnd(out + p.b_o)
     return out, np.stack(weights, axis=1)

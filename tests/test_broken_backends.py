@@ -30,7 +30,8 @@ def run_suite(tmp_path: pathlib.Path, refs: list[str], *extra: str) -> list[dict
     report = tmp_path / "results.json"
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
            "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile", "triage",
-           "--mhaspec-dtypes", "float64,float32", "--mhaspec-report", str(report), *extra]
+           "--mhaspec-dtypes", "float64,float32", "--mhaspec-report", str(report), "-n", "2",
+           *extra]
     for ref in refs:
         cmd += ["--backend", ref]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
