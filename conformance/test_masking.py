@@ -41,6 +41,17 @@ def test_boolean_mask_true_means_may_attend(impl, op, spec):
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-1")
 
 
+@pytest.mark.clause("MASK-1")
+@pytest.mark.dtypes("float64", "float32")
+@given(spec=case_specs(masks=True, logit_scales=(1e4,)).filter(lambda s: s.mask_shape is not None))
+def test_masked_keys_get_zero_weight_even_at_large_logits(impl, op, spec):
+    """A finite fill value (e.g. -1e4) leaks weight when every allowed logit of a row is below it."""
+    case = impl.case(spec, op)
+    got = run(impl, op, case)
+    _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-1")
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-1")
+
+
 @pytest.mark.clause("MASK-2")
 @pytest.mark.requires("bias")
 @given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))

@@ -158,6 +158,19 @@ class FiniteMaskValue(_Broken):
         return x
 
 
+class FiniteMaskValueZeroRows(FiniteMaskValue):
+    """-1e4 instead of -inf, with fully masked rows zeroed explicitly: right on MASK-9, but masked
+    keys still take the weight when every allowed logit of a row is below -1e4."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        out, w = super()._attend(q, k, v, allowed, additive, scale)
+        if allowed is not None:
+            empty = ~np.broadcast_to(allowed, w.shape).any(axis=-1, keepdims=True)
+            w = np.where(empty, 0, w).astype(w.dtype)
+            out = np.matmul(w, v)
+        return out, w
+
+
 class MaskFilledWithZero(_Broken):
     """Fills masked logits with 0 (masked_fill(mask, 0)) instead of -inf."""
 
@@ -352,6 +365,7 @@ SCALE_AFTER_SOFTMAX = ScaleAfterSoftmax("broken-scale-after-softmax")
 NO_MAX_SUBTRACTION = NoMaxSubtraction("broken-no-max-subtraction")
 SOFTMAX_THEN_MASK_RENORMALISED = SoftmaxThenMaskRenormalised("broken-mask-after-softmax")
 FINITE_MASK_VALUE = FiniteMaskValue("broken-mask-minus-1e4")
+FINITE_MASK_VALUE_ZERO_ROWS = FiniteMaskValueZeroRows("broken-mask-minus-1e4-zero-rows")
 MASK_FILLED_WITH_ZERO = MaskFilledWithZero("broken-mask-fill-zero")
 WEIGHTS_BEFORE_MASKING = WeightsBeforeMasking("broken-weights-unmasked")
 CAUSAL_ALIGNMENT_SWAPPED = CausalAlignmentSwapped("broken-causal-alignment")
@@ -390,6 +404,7 @@ EXPECTED = {
     "NO_MAX_SUBTRACTION": ("broken-no-max-subtraction", {"NUM-4"}),
     "SOFTMAX_THEN_MASK_RENORMALISED": ("broken-mask-after-softmax", {"MASK-1", "MASK-8", "NUM-4"}),
     "FINITE_MASK_VALUE": ("broken-mask-minus-1e4", {"MASK-1", "MASK-9", "NUM-4"}),
+    "FINITE_MASK_VALUE_ZERO_ROWS": ("broken-mask-minus-1e4-zero-rows", {"MASK-1"}),
     "MASK_FILLED_WITH_ZERO": ("broken-mask-fill-zero", {"MASK-1", "MASK-5", "MASK-6", "MASK-9"}),
     "WEIGHTS_BEFORE_MASKING": ("broken-weights-unmasked", {"MASK-1", "MASK-9", "SDPA-4"}),
     "CAUSAL_ALIGNMENT_SWAPPED": ("broken-causal-alignment", {"MASK-7"}),
