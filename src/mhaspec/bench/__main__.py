@@ -221,7 +221,7 @@ def report(data: dict) -> str:
                           ["numpy-batched", f"≥ {naive / 2 ** 20:.0f} (estimate)", "not run",
                            "the (B, h, L, L) float32 logits/weights array alone: "
                            f"{b}·{HEADS}·{n}²·4 bytes"]]), ""]
-    out += ["![time and memory vs L](bench.png)", ""]
+    out += ["![time and memory vs L](generated/bench.png)", ""]  # as included in docs/benchmarks.md
     return "\n".join(out)
 
 
