@@ -6,7 +6,8 @@ Each round is one run of the suite (``--mhaspec-profile certify``, ``--hypothesi
 ``--mhaspec-report``) in a subprocess. Rounds continue until the time budget is spent (``--seconds``,
 env ``MHASPEC_SOAK_SECONDS``, default 3600) or every backend x dtype has made the target number of
 backend calls (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 100000); a round still running
-when the budget ends is interrupted (SIGINT), and the results it has so far are kept. After every
+when the budget ends is interrupted (SIGINT), and the results it has so far are kept. A backend
+whose every dtype has reached the target leaves the later rounds. After every
 round ``results/soak/summary.json`` is rewritten: per backend x dtype the backend calls (the
 report's ``calls`` per result), tests run and failures, and every failure with its seed and its
 message (which carries Hypothesis's reproducer). Exit status 1 when anything failed.
@@ -50,13 +51,14 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_args(argv), extra
 
 
-def _round(args, seed: int, report: pathlib.Path, deadline: float, extra: list[str]) -> dict:
+def _round(args, backends: list[str], seed: int, report: pathlib.Path, deadline: float,
+           extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
            "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile", "certify",
            f"--hypothesis-seed={seed}", "--mhaspec-report", str(report.resolve())]
     if args.dtypes:
         cmd += ["--mhaspec-dtypes", args.dtypes]
-    for ref in args.backend:
+    for ref in backends:
         cmd += ["--backend", ref]
     cmd += extra
     # own cwd: the Hypothesis example database of the soak stays under the output directory
@@ -100,6 +102,11 @@ def _accumulate(summary: dict, rnd: dict, index: int) -> None:
                               "interrupted": rnd["interrupted"], "results": len(rnd["results"])})
 
 
+def _unfinished(summary: dict, target: int) -> list[str]:
+    """Backends with a dtype still below ``target`` calls: the next round runs only these."""
+    return sorted({c["backend"] for c in summary["by_backend_dtype"].values() if c["calls"] < target})
+
+
 def _table(summary: dict) -> str:
     rows = [("backend", "dtype", "calls", "tests", "failures")]
     rows += [(c["backend"], c["dtype"], str(c["calls"]), str(c["tests"]), str(c["failures"]))
@@ -122,13 +129,14 @@ def main(argv: list[str] | None = None) -> int:
                "by_backend_dtype": {}, "failures": []}
     out = args.output_dir / "summary.json"
     index = 0
+    backends = list(args.backend)
     while time.monotonic() < deadline - 1:
         index += 1
         seed = rng.randrange(2 ** 32)
         report = args.output_dir / f"round-{index:03d}.json"
         report.unlink(missing_ok=True)
         print(f"soak round {index}: --hypothesis-seed={seed}", flush=True)
-        rnd = _round(args, seed, report, deadline, extra)
+        rnd = _round(args, backends, seed, report, deadline, extra)
         if not rnd["results"] and not rnd["interrupted"]:
             summary["error"] = f"round {index} wrote no report (exit {rnd['returncode']}); see " \
                                f"{args.output_dir / (report.stem + '.log')}"
@@ -137,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         _accumulate(summary, rnd, index)
         summary["elapsed_s"] = round(time.monotonic() - start, 1)
         out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
-        cells = summary["by_backend_dtype"].values()
-        if cells and min(c["calls"] for c in cells) >= args.examples:
+        backends = _unfinished(summary, args.examples)
+        if not backends:
             break
     summary["elapsed_s"] = round(time.monotonic() - start, 1)
     out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
