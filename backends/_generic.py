@@ -322,6 +322,8 @@ class ArrayBackend(Backend):
     def _attend(self, q, k, v, allowed, additive, scale):
         """Attention over the last two axes; any leading axes. allowed is boolean or None."""
         logits = self._matmul(q, self._transpose(k, (*range(len(self._shape(k)) - 2), -1, -2)))
+        if self._shape(k)[-2] == 0:  # L_k = 0: every row is fully masked (SHAPE-4, MASK-9)
+            return self._matmul(logits, v), logits  # (..., L_q, 0) @ (..., 0, d_v) = zeros
         logits = self._imul(logits, scale)
         for term in additive:
             logits = self._iadd(logits, term)

@@ -78,7 +78,14 @@ class TorchSDPA(_TorchNative):
 
     native_op = "torch.nn.functional.scaled_dot_product_attention"
     capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad"})
-    deviations: dict[str, str] = {}
+    deviations = {
+        "MASK-13": "a NaN or inf key behind a boolean mask or key_padding_mask leaks into the rows "
+                   "that exclude it (PyTorch issue 101967: the mask is added as -inf, and "
+                   "NaN + -inf is NaN)",
+        "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN (the CPU "
+                 "fused kernel treats a NaN row like a fully masked one; the math kernel gives "
+                 "NaN)",
+    }
 
     def _vjp_forward(self, *args):
         """GRAD: autograd through the spec's projections around the native kernel."""
@@ -123,6 +130,9 @@ class TorchMHA(_TorchNative):
         "MASK-9": "fully masked row -> NaN output and NaN weights (need_weights=True path "
                   "softmaxes a row of -inf)",
         "GRAD-2": "fully masked row -> NaN gradients (the forward row is NaN, MASK-9)",
+        "MASK-13": "a NaN or inf key behind attn_mask or key_padding_mask leaks into the rows that "
+                   "exclude it (the masks are added as -inf, and NaN + -inf is NaN; PyTorch issue "
+                   "101967)",
     }
 
     def _sdpa(self, *args):

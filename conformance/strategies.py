@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from mhaspec.spec import oracle
 
+from . import extremes
+
 LENGTHS = (1, 2, 5, 8)
 WIDTHS = (1, 4, 8)
 HEADS = (1, 2, 3)
@@ -90,6 +92,7 @@ class CaseSpec(NamedTuple):
     scale: float | None = None
     logit_scale: float = 1.0
     seed: int = 0
+    extreme: str | None = None  # see mhaspec.conformance.extremes
 
 
 class Case(NamedTuple):
@@ -158,7 +161,9 @@ def build_case(spec: CaseSpec) -> Case:
         kpm = rng.random((b, lk)) < 0.75
         kpm[:, 0] = True
     case = Case(spec, q, k, v, query, key, value, params, mask, bias, legacy, kpm)
-    for array in (*case[1:7], *params, mask, bias, legacy, kpm):
+    if spec.extreme is not None:
+        case = extremes.apply(case, spec.extreme)
+    for array in (*case[1:7], *case.params, mask, bias, legacy, kpm):
         if array is not None:
             array.flags.writeable = False  # shared through the cache
     return case

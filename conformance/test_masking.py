@@ -5,11 +5,11 @@ Every test runs on both operations (``op``): scaled_dot_product_attention and mu
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, strategies as st
 
 from mhaspec.spec import oracle
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import extremes, harness
 from mhaspec.conformance.strategies import case_specs, with_causal
 
 pytestmark = pytest.mark.requires("masks")
@@ -175,3 +175,16 @@ def test_values_at_masked_keys_do_not_matter(impl, op, spec):
     out_tol, _ = harness.allowance(case, op, impl)
     harness.expect_close(impl, case, other.out, base.out, allowed=2 * out_tol, clause="MASK-12",
                          what="output after changing values at masked keys", op=op)
+
+
+@pytest.mark.clause("MASK-13")
+@pytest.mark.requires("masks")
+@given(spec=case_specs(masks=True, causal=True).map(lambda s: s._replace(key_padding=True))
+       .filter(lambda s: s.len_k > 1),
+       value=st.sampled_from(sorted(extremes.NONFINITE)))
+def test_nonfinite_keys_outside_the_allowed_set_do_not_leak(impl, op, spec, value):
+    """NaN or inf in the key that the masks exclude most often: rows that exclude it must be
+    exactly as the oracle's (finite); rows that allow it are non-finite, as the oracle's (NUM-6)."""
+    spec = spec._replace(self_attention=False, extreme=extremes.masked_key(value))
+    case = impl.case(spec, op)
+    harness.expect_oracle(impl, case, run(impl, op, case), op=op, clause="MASK-13")

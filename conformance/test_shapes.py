@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, strategies as st
 
+from mhaspec.conformance import harness
 from mhaspec.conformance.strategies import case_specs
 
 
@@ -43,3 +44,52 @@ def test_sdpa_output_is_b_h_lq_dv(impl, spec):
     got = impl.sdpa(case)
     assert got.out.shape == (spec.batch, spec.heads, spec.len_q, spec.d_v), "[SHAPE-3] output shape"
     assert got.out.dtype == _expected_dtype(impl), "[SHAPE-3] output dtype"
+
+
+@pytest.mark.clause("SHAPE-4")
+@given(spec=case_specs(causal=True, custom_scale=True),
+       empty=st.sampled_from(("batch", "len_q", "len_k", "batch+len_k")))
+def test_empty_sizes_give_empty_or_zero_results(impl, op, spec, empty):
+    """B = 0 and L_q = 0: empty results; L_k = 0: every row fully masked (zeros, or b_O)."""
+    sizes = {name: 0 for name in empty.split("+")}
+    spec = spec._replace(**sizes, self_attention=spec.self_attention and empty == "batch")
+    case = impl.case(spec, op)
+    spec = case.spec
+    try:
+        got = impl.sdpa(case) if op == "sdpa" else impl.mha(case)
+    except Exception as exc:  # noqa: BLE001 - any exception is the finding
+        raise AssertionError(f"[SHAPE-4] {impl.id} {op} with {empty} = 0 raised "
+                             f"{type(exc).__name__}: {exc}") from exc
+    width = spec.d_v if op == "sdpa" else spec.d_out
+    lead = (spec.batch, spec.heads, spec.len_q) if op == "sdpa" else (spec.batch, spec.len_q)
+    assert got.out.shape == (*lead, width), f"[SHAPE-4] {op} output shape {got.out.shape}"
+    assert got.out.dtype == _expected_dtype(impl), "[SHAPE-4] output dtype"
+    if got.weights is not None:
+        want = (spec.batch, spec.heads, spec.len_q, spec.len_k)
+        assert got.weights.shape == want, f"[SHAPE-4] weights shape {got.weights.shape}"
+    assert np.all(np.isfinite(got.out)), f"[SHAPE-4] {impl.id} {op}: NaN or inf with {empty} = 0"
+    harness.expect_oracle(impl, case, got, op=op, clause="SHAPE-4")
+
+
+DEGENERATE = {
+    "L_k = 1": dict(len_k=1),
+    "L_q = 1": dict(len_q=1),
+    "h = 1": dict(heads=1),
+    "h = d_model": dict(heads=4, d_k=1, d_v=1, d_model=4, k_dim=4, v_dim=4, d_out=4),
+}
+
+
+@pytest.mark.clause("SHAPE-5")
+@given(spec=case_specs(key_padding=True, causal=True, custom_scale=True),
+       which=st.sampled_from(sorted(DEGENERATE)))
+def test_degenerate_sizes_are_ordinary_cases(impl, op, spec, which):
+    sizes = DEGENERATE[which]
+    self_attention = spec.self_attention and spec.len_q == spec.len_k and "len_q" not in sizes \
+        and "len_k" not in sizes
+    spec = spec._replace(**sizes, mask_shape=None, bias_shape=None, legacy_shape=None,
+                         self_attention=self_attention)
+    if spec.causal == "bottom_right" and spec.len_q > spec.len_k:  # no fully masked rows (MASK-9)
+        spec = spec._replace(causal="top_left")
+    case = impl.case(spec, op)
+    got = impl.sdpa(case) if op == "sdpa" else impl.mha(case)
+    harness.expect_oracle(impl, case, got, op=op, clause="SHAPE-5")

@@ -2,9 +2,11 @@
 
     e      = max |y - y*|                 error of the candidate against the float64 oracle
     e_ref  = max |naive_dtype - y*|       error of the spec's naive algorithm in the same dtype
-    pass  <=>  e <= K * e_ref + C * u * S
+    pass  <=>  e <= K * e_ref + C * u * S + C * lambda * N
 
-``u`` is the dtype's unit roundoff and ``S`` the magnitude scale of the compared quantity. For
+``u`` is the dtype's unit roundoff and ``S`` the magnitude scale of the compared quantity;
+``lambda`` is the dtype's smallest positive normal number and ``N`` the longest sum of the
+computation (the subnormal allowance of NUM-5, negligible for data in the normal range). For
 float64 the float64 oracle cannot see the naive algorithm's error, so ``e_ref`` is the float32
 figure times ``u64 / u32`` (first-order error analysis). The reported *ratio* is
 ``e / (e_ref + C * u * S / K)``: a case passes iff its ratio is at most ``K``.
@@ -20,6 +22,9 @@ K = 16.0
 C = 16.0
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: lambda of NUM-5: the smallest positive normal number (bfloat16 has float32's exponent range).
+SMALLEST_NORMAL = {"float64": 2.0**-1022, "float32": 2.0**-126, "float16": 2.0**-14,
+                   "bfloat16": 2.0**-126}
 
 
 class Verdict(NamedTuple):
@@ -39,15 +44,18 @@ class Verdict(NamedTuple):
 
 
 def max_abs_error(actual: np.ndarray, expected: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
-    """Largest |actual - expected| and its index; any NaN or inf mismatch counts as inf."""
+    """Largest |actual - expected| and its index. Two non-finite values (NaN or +-inf) compare equal
+    (NUM-6 asks only that the candidate is non-finite where the oracle is); a non-finite value
+    against a finite one counts as inf."""
     actual = np.asarray(actual, dtype=np.float64)
     expected = np.asarray(expected, dtype=np.float64)
     if actual.shape != expected.shape:
         raise AssertionError(f"shape {actual.shape} where the spec requires {expected.shape}")
     if actual.size == 0:
         return 0.0, None
-    diff = np.abs(actual - expected)
-    same_nonfinite = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+    with np.errstate(invalid="ignore"):  # inf - inf where both are non-finite
+        diff = np.abs(actual - expected)
+    same_nonfinite = (actual == expected) | (~np.isfinite(actual) & ~np.isfinite(expected))
     diff = np.where(same_nonfinite, 0.0, diff)
     diff = np.where(np.isnan(diff), np.inf, diff)
     idx = np.unravel_index(int(np.argmax(diff)), diff.shape)
@@ -61,13 +69,15 @@ def reference_error(dtype: str, naive_error: float) -> float:
     return naive_error
 
 
-def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale: float) -> Verdict:
+def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale: float,
+          sum_length: int = 0) -> Verdict:
     """Apply NUM-3. ``naive``: the naive algorithm's result(s) in ``dtype`` (float32 for float64),
-    one array or a list (one per :func:`naive_precisions` entry); the largest error counts."""
+    one array or a list (one per :func:`naive_precisions` entry); the largest error counts.
+    ``sum_length``: N of the subnormal allowance (0: none)."""
     error, where = max_abs_error(actual, expected)
     runs = naive if isinstance(naive, (list, tuple)) else [naive]
     ref_error = reference_error(dtype, max(max_abs_error(n, expected)[0] for n in runs))
-    floor = C * UNIT_ROUNDOFF[dtype] * scale
+    floor = C * UNIT_ROUNDOFF[dtype] * scale + C * SMALLEST_NORMAL[dtype] * sum_length
     allowed = K * ref_error + floor
     ratio = error / (ref_error + floor / K) if allowed > 0 else (0.0 if error == 0 else np.inf)
     return Verdict(bool(error <= allowed), error, ref_error, allowed, float(ratio), where)

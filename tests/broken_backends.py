@@ -353,6 +353,48 @@ class WeightsAveragedOverHeads(_Broken):
         return out, np.broadcast_to(weights.mean(axis=1, keepdims=True), weights.shape).copy()
 
 
+class BooleanMaskAddedAsMinusInf(_Broken):
+    """Applies boolean masks by adding -inf (attn_mask.masked_fill(~m, -inf) then +=): a NaN key
+    behind the mask makes its logit NaN + -inf = NaN, which leaks (PyTorch issue 101967)."""
+
+    def _ifill_masked(self, x, allowed):
+        return np.add(x, np.where(allowed, 0.0, -np.inf).astype(x.dtype), out=x)
+
+
+class OutputNanToNum(_Broken):
+    """Sanitises the result with nan_to_num: NaN inputs give finite garbage instead of NaN."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        out, w = super()._attend(q, k, v, allowed, additive, scale)
+        return np.nan_to_num(out), np.nan_to_num(w)
+
+
+class EmptyKeysRejected(_Broken):
+    """Takes the row maximum with an empty reduction: L_k = 0 raises instead of giving zeros."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        logits = np.matmul(q, np.swapaxes(k, -1, -2))
+        np.max(logits, axis=-1)  # ValueError: zero-size array to reduction operation
+        return super()._attend(q, k, v, allowed, additive, scale)
+
+
+class TinyQueriesTreatedAsPadding(_Broken):
+    """Treats query rows below the smallest normal number as padding and zeroes their output (a
+    "skip empty rows" shortcut): subnormal queries must still attend (their logits are ~0)."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        out, w = super()._attend(q, k, v, allowed, additive, scale)
+        pad = np.max(np.abs(q), axis=-1, keepdims=True) < np.finfo(q.dtype).tiny
+        return np.where(pad, 0, out).astype(out.dtype), np.where(pad, 0, w).astype(w.dtype)
+
+
+
+class Float32Only(_Broken):
+    """Supports float32 alone: float64 is required (NUM-1), so silently not claiming it fails."""
+
+    def dtypes(self, device):
+        return ("float32",)
+
 WRONG_SCALE = WrongScale("broken-wrong-scale")
 SOFTMAX_OVER_QUERIES = SoftmaxOverQueries("broken-softmax-axis")
 MASK_POLARITY_FLIPPED = MaskPolarityFlipped("broken-mask-polarity")
@@ -388,6 +430,11 @@ SILENT_BFLOAT16 = SilentBfloat16("broken-silent-bf16")
 TF32_ROUNDING = TF32Rounding("broken-tf32-rounding")
 SOFTMAX_OVER_BATCH = SoftmaxOverBatch("broken-softmax-batch-axis")
 WEIGHTS_AVERAGED_OVER_HEADS = WeightsAveragedOverHeads("broken-weights-head-mean")
+BOOLEAN_MASK_ADDED_AS_MINUS_INF = BooleanMaskAddedAsMinusInf("broken-mask-added-minus-inf")
+OUTPUT_NAN_TO_NUM = OutputNanToNum("broken-nan-to-num")
+EMPTY_KEYS_REJECTED = EmptyKeysRejected("broken-empty-keys-raise")
+TINY_QUERIES_TREATED_AS_PADDING = TinyQueriesTreatedAsPadding("broken-tiny-queries-padding")
+FLOAT32_ONLY = Float32Only("broken-float32-only")
 STALE_DEVIATION = StaleDeviation("stale-deviation")
 
 #: attribute -> (backend name, clauses of which at least one must be reported failing)
@@ -427,4 +474,9 @@ EXPECTED = {
     "TF32_ROUNDING": ("broken-tf32-rounding", {"NUM-2", "NUM-3", "SDPA-1"}),
     "SOFTMAX_OVER_BATCH": ("broken-softmax-batch-axis", {"SDPA-1", "SDPA-7"}),
     "WEIGHTS_AVERAGED_OVER_HEADS": ("broken-weights-head-mean", {"MHA-1", "SHAPE-2"}),
+    "BOOLEAN_MASK_ADDED_AS_MINUS_INF": ("broken-mask-added-minus-inf", {"MASK-13"}),
+    "OUTPUT_NAN_TO_NUM": ("broken-nan-to-num", {"NUM-6"}),
+    "EMPTY_KEYS_REJECTED": ("broken-empty-keys-raise", {"SHAPE-4"}),
+    "TINY_QUERIES_TREATED_AS_PADDING": ("broken-tiny-queries-padding", {"NUM-5"}),
+    "FLOAT32_ONLY": ("broken-float32-only", {"NUM-1"}),
 }

@@ -58,3 +58,26 @@ testable = true
 def test_the_decisions_frameworks_disagree_on_are_clauses():
     ids = {c.id for c in load().clauses}
     assert {"MASK-1", "MASK-3", "MASK-5", "MASK-6", "MASK-7", "MASK-9", "NUM-2", "NUM-3"} <= ids
+
+
+#: SHA-256 of every released version's frozen rendering (errata policy: never edited in place).
+FROZEN = {"1.0": "ec86283ee2ebe6f4721524c5798fcfc4a6b315ce11892a26d602ac45fa2ac33a"}
+
+
+@pytest.mark.parametrize("version", sorted(FROZEN))
+def test_released_versions_are_never_edited(version):
+    import hashlib
+
+    text = (ROOT / "spec" / f"mhaspec-{version}.md").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == FROZEN[version], (
+        f"spec/mhaspec-{version}.md was edited after release; make the change in a new version")
+
+
+@pytest.mark.parametrize("version", sorted(FROZEN))
+def test_released_clause_ids_are_kept(version):
+    import re
+
+    text = (ROOT / "spec" / f"mhaspec-{version}.md").read_text(encoding="utf-8")
+    released = set(re.findall(r"^### ([A-Z]+-\d+):", text, re.M))
+    assert released, "no clause headings found"
+    assert released <= {c.id for c in load().clauses}, "a released clause id was removed"

@@ -1,0 +1,104 @@
+"""Extreme inputs for a :class:`~mhaspec.conformance.strategies.CaseSpec`: subnormals (NUM-5), NaN
+and infinities (NUM-6) and non-finite keys behind masks (MASK-13).
+
+A case names its extreme in ``CaseSpec.extreme``, a short string, and :func:`apply` writes it into
+the arrays :func:`~mhaspec.conformance.strategies.build_case` drew; so the printed ``CaseSpec``
+still reproduces the case exactly, extremes included.
+
+* ``"subnormal:<dtype>:query"``: ``q`` and ``query`` scaled into the dtype's subnormal range (about
+  95% of their entries are then subnormal in ``<dtype>``); ``"subnormal:<dtype>:value"``: ``v``
+  and ``value`` likewise. In self-attention ``query``, ``key`` and ``value`` are one array.
+* ``"nonfinite:<value>:<array>"``: one entry of ``<array>`` (``q``, ``k``, ``v``, ``query``,
+  ``key``, ``value`` or a parameter ``w_q`` ... ``b_o``) set to ``<value>`` (``nan``, ``inf`` or
+  ``-inf``); the entry is drawn from the case's seed.
+* ``"masked-key:<value>"``: per batch item, component 0 of the key most often excluded by the
+  boolean masks (in every head of ``k``, and in ``key``) set to ``<value>``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mhaspec.spec import oracle
+
+from .tolerance import SMALLEST_NORMAL
+
+NONFINITE = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}
+ARRAYS = ("q", "k", "v", "query", "key", "value")
+PARAMS = oracle.Params._fields
+
+
+def subnormal(dtype: str, which: str) -> str:
+    if dtype not in SMALLEST_NORMAL or which not in ("query", "value"):
+        raise ValueError(f"subnormal: unknown dtype {dtype!r} or input {which!r}")
+    return f"subnormal:{dtype}:{which}"
+
+
+def nonfinite(value: str, array: str) -> str:
+    if value not in NONFINITE or array not in ARRAYS + PARAMS:
+        raise ValueError(f"nonfinite: unknown value {value!r} or array {array!r}")
+    return f"nonfinite:{value}:{array}"
+
+
+def masked_key(value: str) -> str:
+    if value not in NONFINITE:
+        raise ValueError(f"masked_key: unknown value {value!r}")
+    return f"masked-key:{value}"
+
+
+def apply(case, extreme: str):
+    """``case`` with ``extreme`` written into copies of its arrays."""
+    kind, _, rest = extreme.partition(":")
+    if kind == "subnormal":
+        dtype, which = rest.split(":")
+        return _subnormal(case, SMALLEST_NORMAL[dtype], which)
+    if kind == "nonfinite":
+        value, array = rest.split(":")
+        return _nonfinite(case, NONFINITE[value], array)
+    if kind == "masked-key":
+        return _masked_key(case, NONFINITE[rest])
+    raise ValueError(f"unknown extreme {extreme!r}")
+
+
+def _subnormal(case, tiny: float, which: str):
+    # |x| < 2 for about 95% of standard normal draws: x * tiny / 2 is then below tiny
+    names = ("q", "query") if which == "query" else ("v", "value")
+    scaled = {name: getattr(case, name) * (tiny / 2) for name in names}
+    if case.spec.self_attention:
+        scaled["query"] = scaled["key"] = scaled["value"] = scaled[names[1]]
+    return case._replace(**scaled)
+
+
+def _nonfinite(case, value: float, array: str):
+    rng = np.random.default_rng(case.spec.seed + 1)
+    if array in PARAMS:
+        params = case.params._asdict()
+        if params[array] is None:
+            return case
+        params[array] = _set_one(params[array], value, rng)
+        return case._replace(params=oracle.Params(**params))
+    changed = _set_one(getattr(case, array), value, rng)
+    if case.spec.self_attention and array in ("query", "key", "value"):
+        return case._replace(query=changed, key=changed, value=changed)
+    return case._replace(**{array: changed})
+
+
+def _set_one(x: np.ndarray, value: float, rng: np.random.Generator) -> np.ndarray:
+    out = np.array(x, dtype=np.float64)
+    if out.size:
+        out[np.unravel_index(int(rng.integers(out.size)), out.shape)] = value
+    return out
+
+
+def _masked_key(case, value: float):
+    s = case.spec
+    allowed = oracle.allowed_mask(s.batch, s.heads, s.len_q, s.len_k, mask=case.mask,
+                                  key_padding_mask=case.key_padding_mask, causal=s.causal)
+    excluded = (~allowed).sum(axis=(1, 2))  # (B, L_k): rows that exclude each key
+    k, key = np.array(case.k), np.array(case.key)
+    for b in range(s.batch):
+        if s.len_k and excluded[b].max() > 0:
+            j = int(np.argmax(excluded[b]))
+            k[b, :, j, 0] = value
+            key[b, j, 0] = value
+    return case._replace(k=k, key=key)
