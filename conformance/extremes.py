@@ -13,6 +13,9 @@ still reproduces the case exactly, extremes included.
   ``-inf``); the entry is drawn from the case's seed.
 * ``"masked-key:<value>"``: per batch item, component 0 of the key most often excluded by the
   boolean masks (in every head of ``k``, and in ``key``) set to ``<value>``.
+* ``"shared:key=value"`` / ``"shared:query=key"``: two of the multi-head inputs are one array (the
+  shapes must allow it): the encoder memory used as key and value, or query and key shared with a
+  separate value. Backends that pick a fused projection by array identity must get these right.
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ def masked_key(value: str) -> str:
     return f"masked-key:{value}"
 
 
+SHARED = ("key=value", "query=key")
+
+
+def shared(which: str) -> str:
+    if which not in SHARED:
+        raise ValueError(f"shared: unknown pairing {which!r}")
+    return f"shared:{which}"
+
+
 def apply(case, extreme: str):
     """``case`` with ``extreme`` written into copies of its arrays."""
     kind, _, rest = extreme.partition(":")
@@ -57,6 +69,8 @@ def apply(case, extreme: str):
         return _nonfinite(case, NONFINITE[value], array)
     if kind == "masked-key":
         return _masked_key(case, NONFINITE[rest])
+    if kind == "shared":
+        return _shared(case, rest)
     raise ValueError(f"unknown extreme {extreme!r}")
 
 
@@ -102,3 +116,13 @@ def _masked_key(case, value: float):
             k[b, :, j, 0] = value
             key[b, j, 0] = value
     return case._replace(k=k, key=key)
+
+
+def _shared(case, which: str):
+    if which == "key=value":
+        if case.key.shape != case.value.shape:
+            raise ValueError(f"shared:key=value needs key {case.key.shape} == value {case.value.shape}")
+        return case._replace(value=case.key)
+    if case.query.shape != case.key.shape:
+        raise ValueError(f"shared:query=key needs query {case.query.shape} == key {case.key.shape}")
+    return case._replace(key=case.query)

@@ -63,6 +63,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write every result (clause, backend, device, dtype, outcome) as JSON")
     group.addoption("--mhaspec-dtypes", default=None, metavar="D1,D2",
                     help="only these dtypes (comma-separated), e.g. float64,float32")
+    group.addoption("--mhaspec-shapes", default=None, choices=("free", "menu"),
+                    help="free: draw every size from the menus of sizes; menu: draw whole shapes "
+                         "from the fixed list of 7 (compiled variants then compile 7 shapes); "
+                         "default: menu for the ci and triage profiles, free otherwise")
     group.addoption("--mhaspec-partial", action="store_true",
                     help="developing new clauses: do not fail when a testable clause has no test")
     group.addoption("--mhaspec-failures", default=None, metavar="DIR",
@@ -75,7 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "dtypes(*names): restrict a test to these dtypes")
     profile = config.getoption("--mhaspec-profile") or ("ci" if os.environ.get("CI") else "dev")
     settings.load_profile(f"mhaspec-{profile}")
-    strategies.shape_menu = strategies.CI_SHAPES if profile in ("ci", "triage") else None
+    shapes = config.getoption("--mhaspec-shapes") or ("menu" if profile in ("ci", "triage") else "free")
+    strategies.shape_menu = strategies.CI_SHAPES if shapes == "menu" else None
     config.stash[RESULTS_KEY] = []
     config.stash[BACKENDS_KEY] = _backends(config)
     failures = config.getoption("--mhaspec-failures")

@@ -23,11 +23,12 @@ def _judge(impl: harness.Impl, case, op: str, overrides: dict) -> list[tolerance
     naive = harness.naive_results(case, op, dtype, **overrides)
     length = harness.sum_length(case.spec)
     verdicts = [tolerance.judge(got.out, expected.out, [n.out for n in naive], dtype=dtype,
-                                scale=harness._scale(case, op, expected), sum_length=length)]
+                                scale=harness._scale(case, op, expected), sum_length=length,
+                                condition=expected.condition)]
     if got.weights is not None:
         verdicts.append(tolerance.judge(got.weights, expected.weights,
                                         [n.weights for n in naive], dtype=dtype, scale=1.0,
-                                        sum_length=length))
+                                        sum_length=length, condition=expected.condition))
     for what, v in zip(("output", "weights"), verdicts):
         print(f"{impl.id} {op} {what}: {'conforms' if v.ok else 'DOES NOT CONFORM'}: {v.describe()}")
     return verdicts

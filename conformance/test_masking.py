@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from mhaspec.backends import MHAParams
 from mhaspec.spec import oracle
 
 from mhaspec.conformance import extremes, harness
@@ -72,6 +73,31 @@ def test_legacy_mask_one_means_blocked_times_minus_1e9(impl, op, spec):
     out_tol, w_tol = harness.allowance(case, op, impl)
     harness.expect_close(impl, case, got.out, as_bool.out, allowed=2 * out_tol, clause="MASK-3",
                          what="legacy mask vs mask=(legacy_mask == 0)", op=op)
+
+
+@pytest.mark.clause("MASK-3")
+@pytest.mark.requires("legacy_mask")
+@pytest.mark.dtypes("float64", "float32")
+def test_legacy_offset_is_exactly_minus_1e9(impl, op):
+    """The offset is -1e9, not merely "large": a blocked key whose logit is 1.5e9 above the other
+    key's still wins (S = 1.5e9 - 1e9 > 0, MASK-4 c), where -inf or -2e9 would block it."""
+    one = np.ones((1, 1, 1, 1))
+    k = np.array([1.5e9, 0.0]).reshape(1, 1, 2, 1)
+    v = np.array([1.0, 2.0]).reshape(1, 1, 2, 1)
+    legacy = np.array([[1.0, 0.0]])
+    if op == "sdpa":
+        got = impl.backend.scaled_dot_product_attention(
+            impl.arr(one), impl.arr(k), impl.arr(v), legacy_mask=impl.arr(legacy))
+    else:
+        eye = impl.arr(np.ones((1, 1)))
+        params = MHAParams(eye, eye, eye, eye, None, None, None, None)
+        got = impl.backend.multi_head_attention(
+            impl.arr(one[0]), impl.arr(k[0]), impl.arr(v[0]), params,
+            num_heads=1, legacy_mask=impl.arr(legacy))
+    out = impl.backend.to_numpy(got[0]).ravel()
+    assert abs(out[0] - 1.0) <= 1e-6, (
+        f"[MASK-3] {impl.id} {op}: output {out[0]!r}, the source form gives 1.0 (the blocked key "
+        f"at logit 1.5e9 keeps all the weight under an offset of -1e9)")
 
 
 @pytest.mark.clause("MASK-5")
@@ -164,12 +190,18 @@ def test_values_at_masked_keys_do_not_matter(impl, op, spec):
     case = impl.case(spec, op)
     blocked = ~case.key_padding_mask  # (B, L_k)
     rng = np.random.default_rng(spec.seed + 2)
-    big = 1e4 if impl.dtype == "float16" else 1e6  # large but finite in the dtype
-    v = np.where(blocked[:, None, :, None], rng.standard_normal(case.v.shape) * big, case.v)
+    # large but finite in the dtype, also after the value projection |value| * max column sum |W_v|
+    gain = 1.0 if op == "sdpa" else 1.0 + float(np.abs(case.params.w_v).sum(axis=0).max())
+    big = min(1e6, float(np.finfo(np.float16).max) / (8 * gain)) if impl.dtype == "float16" else 1e6
+
+    def noise(shape):
+        return np.clip(rng.standard_normal(shape), -4, 4) * big
+
+    v = np.where(blocked[:, None, :, None], noise(case.v.shape), case.v)
     if spec.self_attention:
         spec = spec._replace(self_attention=False)
         case = case._replace(spec=spec, key=case.query, value=case.query)
-    value = np.where(blocked[:, :, None], rng.standard_normal(case.value.shape) * big, case.value)
+    value = np.where(blocked[:, :, None], noise(case.value.shape), case.value)
     changed = case._replace(v=v, value=value)
     base, other = run(impl, op, case), run(impl, op, changed)
     out_tol, _ = harness.allowance(case, op, impl)

@@ -1,9 +1,9 @@
 """Chapter MHA: the per-head definition, the batched form, self- and cross-attention, the example."""
 
 import pytest
-from hypothesis import given
+from hypothesis import given, strategies as st
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import extremes, harness
 from mhaspec.conformance.strategies import REFERENCE_EXAMPLE, case_specs
 
 pytestmark = pytest.mark.requires("mha")
@@ -49,3 +49,18 @@ def test_the_source_documents_example(impl):
     if got.weights is not None:
         assert got.weights.shape == (32, 8, 50, 50), f"[MHA-5] weights shape {got.weights.shape}"
     harness.expect_oracle(impl, case, got, op="mha", clause="MHA-5")
+
+
+@pytest.mark.clause("MHA-3", "MHA-4")
+@given(spec=case_specs(cross=True, masks=True), which=st.sampled_from(extremes.SHARED))
+def test_two_inputs_that_are_one_array(impl, spec, which):
+    """key is value (encoder memory), or query is key with a separate value: an implementation
+    that chooses a fused projection by array identity must still project each input with its own
+    weights."""
+    if which == "key=value":
+        spec = spec._replace(v_dim=spec.k_dim)
+    else:
+        spec = spec._replace(len_k=spec.len_q, k_dim=spec.d_model, mask_shape=None)
+    spec = spec._replace(self_attention=False, extreme=extremes.shared(which))
+    case = impl.case(spec)
+    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-4")

@@ -2,9 +2,11 @@
 
     e      = max |y - y*|                 error of the candidate against the float64 oracle
     e_ref  = max |naive_dtype - y*|       error of the spec's naive algorithm in the same dtype
-    pass  <=>  e <= K * e_ref + C * u * S + C * lambda * N
+    pass  <=>  e <= K * e_ref + C * u * kappa * S + C * lambda * N
 
-``u`` is the dtype's unit roundoff and ``S`` the magnitude scale of the compared quantity;
+``u`` is the dtype's unit roundoff, ``kappa`` the softmax condition (a logit ``S_ij`` carries a
+rounding error of about ``u |S_ij|``, which moves the result by up to ``2 u kappa`` times the
+values) and ``S`` the magnitude scale of the compared quantity;
 ``lambda`` is the dtype's smallest positive normal number and ``N`` the longest sum of the
 computation (the subnormal allowance of NUM-5, negligible for data in the normal range). For
 float64 the float64 oracle cannot see the naive algorithm's error, so ``e_ref`` is the float32
@@ -70,14 +72,15 @@ def reference_error(dtype: str, naive_error: float) -> float:
 
 
 def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale: float,
-          sum_length: int = 0) -> Verdict:
+          sum_length: int = 0, condition: float = 1.0) -> Verdict:
     """Apply NUM-3. ``naive``: the naive algorithm's result(s) in ``dtype`` (float32 for float64),
     one array or a list (one per :func:`naive_precisions` entry); the largest error counts.
-    ``sum_length``: N of the subnormal allowance (0: none)."""
+    ``sum_length``: N of the subnormal allowance (0: none); ``condition``: the softmax condition
+    kappa >= 1 (the oracle's largest probability-weighted |logit| of a row, at least 1)."""
     error, where = max_abs_error(actual, expected)
     runs = naive if isinstance(naive, (list, tuple)) else [naive]
     ref_error = reference_error(dtype, max(max_abs_error(n, expected)[0] for n in runs))
-    floor = C * UNIT_ROUNDOFF[dtype] * scale + C * SMALLEST_NORMAL[dtype] * sum_length
+    floor = C * UNIT_ROUNDOFF[dtype] * condition * scale + C * SMALLEST_NORMAL[dtype] * sum_length
     allowed = K * ref_error + floor
     ratio = error / (ref_error + floor / K) if allowed > 0 else (0.0 if error == 0 else np.inf)
     return Verdict(bool(error <= allowed), error, ref_error, allowed, float(ratio), where)

@@ -125,15 +125,22 @@ def _one_head(q, k, v, allowed, additive, scale, ar: _Arith):
     for term in additive:
         logits = ar.rnd(logits + term)
     weights = _softmax_rows(logits, allowed, ar)
-    return ar.matmul(weights, v), weights
+    return ar.matmul(weights, v), weights, logits
+
+
+def logit_condition(weights: np.ndarray, logits: np.ndarray) -> float:
+    """max over rows of sum_j P_ij |S_ij| (finite logits): NUM-3's softmax condition kappa - 1."""
+    terms = np.where(np.isfinite(logits) & (weights != 0), np.abs(weights * logits), 0.0)
+    return float(np.max(np.sum(terms, axis=-1), initial=0.0))
 
 
 def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
-              causal=None, scale=None, precision: str = "float64"):
+              causal=None, scale=None, precision: str = "float64", info: dict | None = None):
     """Scaled dot-product attention (SDPA-1..4, MASK-1..9).
 
     q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
     -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k)), both in the working precision's dtype.
+    ``info``, when given, receives ``logit_condition`` (the largest over heads, see NUM-3).
     """
     ar = _Arith(precision)
     q, k, v = ar.cast(q), ar.cast(k), ar.cast(v)
@@ -152,9 +159,12 @@ def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_ma
     weights = np.zeros(full, dtype=ar.dtype)
     for bi in range(b):
         for hi in range(h):
-            out[bi, hi], weights[bi, hi] = _one_head(
+            out[bi, hi], weights[bi, hi], logits = _one_head(
                 q[bi, hi], k[bi, hi], v[bi, hi], allowed[bi, hi],
                 [t[bi, hi] for t in additive], scale, ar)
+            if info is not None:
+                info["logit_condition"] = max(info.get("logit_condition", 0.0),
+                                              logit_condition(weights[bi, hi], logits))
     return out, weights
 
 
@@ -184,7 +194,8 @@ def _project(x, w, b, cols: slice, ar: _Arith):
 
 def multi_head_attention(query, key, value, params: Params, *, num_heads: int, mask=None, bias=None,
                          legacy_mask=None, key_padding_mask=None, causal=None, scale=None,
-                         precision: str = "float64", num_kv_heads: int | None = None):
+                         precision: str = "float64", num_kv_heads: int | None = None,
+                         info: dict | None = None):
     """Multi-head attention by its per-head definition (MHA-1, PARAM-1, PARAM-2).
 
     query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)
@@ -212,7 +223,7 @@ def multi_head_attention(query, key, value, params: Params, *, num_heads: int, m
         head_masks = {name: _head_slice(m, i)
                       for name, m in (("mask", mask), ("bias", bias), ("legacy_mask", legacy_mask))}
         out_i, w_i = attention(q_i, k_i, v_i, key_padding_mask=key_padding_mask, causal=causal,
-                               scale=scale, precision=precision, **head_masks)
+                               scale=scale, precision=precision, info=info, **head_masks)
         heads.append(out_i[:, 0])
         weights.append(w_i[:, 0])
     concat = np.concatenate(heads, axis=-1)

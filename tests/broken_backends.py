@@ -395,6 +395,24 @@ class Float32Only(_Broken):
     def dtypes(self, device):
         return ("float32",)
 
+
+class LegacyOffsetMinus2e9(_Broken):
+    """Uses -2e9 as the legacy offset ("any large number will do"): not the source form."""
+
+    def _additive(self, bias, legacy_mask):
+        terms = [] if bias is None else [bias]
+        return terms if legacy_mask is None else [*terms, legacy_mask * -2e9]
+
+
+class FusedProjectionWhenKeyIsValue(_Broken):
+    """Tests only ``key is value`` before taking the fused [W_q | W_k | W_v] projection of the
+    query array: with encoder memory as key and value, keys and values come from the query."""
+
+    def _project_qkv(self, query, key, value, p):
+        if key is value:
+            return super()._project_qkv(query, query, query, p)
+        return super()._project_qkv(query, key, value, p)
+
 WRONG_SCALE = WrongScale("broken-wrong-scale")
 SOFTMAX_OVER_QUERIES = SoftmaxOverQueries("broken-softmax-axis")
 MASK_POLARITY_FLIPPED = MaskPolarityFlipped("broken-mask-polarity")
@@ -435,6 +453,8 @@ OUTPUT_NAN_TO_NUM = OutputNanToNum("broken-nan-to-num")
 EMPTY_KEYS_REJECTED = EmptyKeysRejected("broken-empty-keys-raise")
 TINY_QUERIES_TREATED_AS_PADDING = TinyQueriesTreatedAsPadding("broken-tiny-queries-padding")
 FLOAT32_ONLY = Float32Only("broken-float32-only")
+LEGACY_OFFSET_MINUS_2E9 = LegacyOffsetMinus2e9("broken-legacy-minus-2e9")
+FUSED_PROJECTION_WHEN_KEY_IS_VALUE = FusedProjectionWhenKeyIsValue("broken-fused-kv-alias")
 STALE_DEVIATION = StaleDeviation("stale-deviation")
 
 #: attribute -> (backend name, clauses of which at least one must be reported failing)
@@ -479,4 +499,6 @@ EXPECTED = {
     "EMPTY_KEYS_REJECTED": ("broken-empty-keys-raise", {"SHAPE-4"}),
     "TINY_QUERIES_TREATED_AS_PADDING": ("broken-tiny-queries-padding", {"NUM-5"}),
     "FLOAT32_ONLY": ("broken-float32-only", {"NUM-1"}),
+    "LEGACY_OFFSET_MINUS_2E9": ("broken-legacy-minus-2e9", {"MASK-3"}),
+    "FUSED_PROJECTION_WHEN_KEY_IS_VALUE": ("broken-fused-kv-alias", {"MHA-3", "MHA-4"}),
 }

@@ -2,15 +2,19 @@
 
 ``python -m mhaspec.soak [--backend NAME ...] [--seconds S] [--examples N] [-- pytest args]``
 
-Each round is one run of the suite (``--mhaspec-profile certify``, ``--hypothesis-seed=<random>``,
-``--mhaspec-report``) in a subprocess. Rounds continue until the time budget is spent (``--seconds``,
-env ``MHASPEC_SOAK_SECONDS``, default 3600) or every backend x dtype has made the target number of
-backend calls (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 100000); a round still running
-when the budget ends is interrupted (SIGINT), and the results it has so far are kept. A backend
-whose every dtype has reached the target leaves the later rounds. After every
-round ``results/soak/summary.json`` is rewritten: per backend x dtype the backend calls (the
-report's ``calls`` per result), tests run and failures, and every failure with its seed and its
-message (which carries Hypothesis's reproducer). Exit status 1 when anything failed.
+Each round is one run of the suite on one backend (``--mhaspec-profile certify``,
+``--hypothesis-seed=<random>``, ``--mhaspec-report``) in a subprocess; the backend with the fewest
+backend calls so far goes next, so slow backends get their share of the budget. Shapes come from
+the fixed list of 7 by default (``--shapes menu``: compiled variants then compile 7 shapes, not
+hundreds; values, masks, bias, scales and seeds stay random), or from the free menus of sizes
+(``--shapes free``). Rounds continue until the time budget is spent (``--seconds``, env
+``MHASPEC_SOAK_SECONDS``, default 3600) or every backend x dtype has made the target number of
+backend calls (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 20000); a backend that has
+reached it leaves the later rounds, and a round still running when the budget ends is interrupted
+(SIGINT), keeping the results it has so far. After every round ``results/soak/summary.json`` is
+rewritten: per backend x dtype the backend calls (the report's ``calls`` per result), tests run and
+failures, and every failure with its seed and message (which carries the reproducer). Exit status
+1 when anything failed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from mhaspec.backends import registered_backends
 
 BAD = ("fail", "stale-deviation")
 
@@ -40,10 +46,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    default=float(os.environ.get("MHASPEC_SOAK_SECONDS", 3600)),
                    help="time budget in seconds (env MHASPEC_SOAK_SECONDS, default 3600)")
     p.add_argument("--examples", type=int,
-                   default=int(os.environ.get("MHASPEC_SOAK_EXAMPLES", 100_000)),
+                   default=int(os.environ.get("MHASPEC_SOAK_EXAMPLES", 20_000)),
                    help="stop once every backend x dtype has made this many backend calls "
-                        "(env MHASPEC_SOAK_EXAMPLES, default 100000)")
+                        "(env MHASPEC_SOAK_EXAMPLES, default 20000)")
     p.add_argument("--dtypes", default=None, metavar="D1,D2", help="only these dtypes")
+    p.add_argument("--shapes", default="menu", choices=("menu", "free"),
+                   help="menu: the fixed list of 7 shapes (default); free: every size drawn")
     p.add_argument("--output-dir", default="results/soak", type=pathlib.Path,
                    help="where summary.json and the per-round reports go (default results/soak)")
     p.add_argument("--seed", type=int, default=None,
@@ -55,7 +63,8 @@ def _round(args, backends: list[str], seed: int, report: pathlib.Path, deadline:
            extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
            "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile", "certify",
-           f"--hypothesis-seed={seed}", "--mhaspec-report", str(report.resolve())]
+           f"--hypothesis-seed={seed}", "--mhaspec-report", str(report.resolve()),
+           "--mhaspec-shapes", args.shapes]
     if args.dtypes:
         cmd += ["--mhaspec-dtypes", args.dtypes]
     for ref in backends:
@@ -102,9 +111,16 @@ def _accumulate(summary: dict, rnd: dict, index: int) -> None:
                               "interrupted": rnd["interrupted"], "results": len(rnd["results"])})
 
 
-def _unfinished(summary: dict, target: int) -> list[str]:
-    """Backends with a dtype still below ``target`` calls: the next round runs only these."""
-    return sorted({c["backend"] for c in summary["by_backend_dtype"].values() if c["calls"] < target})
+def _calls(summary: dict, backend: str) -> int:
+    """The fewest backend calls of any dtype of ``backend`` so far (0 before its first round)."""
+    cells = [c["calls"] for c in summary["by_backend_dtype"].values() if c["backend"] == backend]
+    return min(cells, default=0)
+
+
+def _finished(summary: dict, target: int) -> set[str]:
+    """Backends whose every dtype has made at least ``target`` calls."""
+    backends = {c["backend"] for c in summary["by_backend_dtype"].values()}
+    return {b for b in backends if _calls(summary, b) >= target}
 
 
 def _table(summary: dict) -> str:
@@ -124,30 +140,34 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     deadline = start + args.seconds
     summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
-               "backends": args.backend or "registered", "profile": "certify",
+               "backends": args.backend or "registered", "profile": "certify", "shapes": args.shapes,
                "seconds_budget": args.seconds, "target_calls": args.examples, "rounds": [],
                "by_backend_dtype": {}, "failures": []}
     out = args.output_dir / "summary.json"
     index = 0
-    backends = list(args.backend)
-    while time.monotonic() < deadline - 1:
+    remaining = list(args.backend) or sorted(registered_backends())
+    while remaining and time.monotonic() < deadline - 1:
+        name = min(remaining, key=lambda b: _calls(summary, b))
         index += 1
         seed = rng.randrange(2 ** 32)
         report = args.output_dir / f"round-{index:03d}.json"
         report.unlink(missing_ok=True)
-        print(f"soak round {index}: --hypothesis-seed={seed}", flush=True)
-        rnd = _round(args, backends, seed, report, deadline, extra)
+        print(f"soak round {index}: {name} --hypothesis-seed={seed}", flush=True)
+        rnd = _round(args, [name], seed, report, deadline, extra)
         if not rnd["results"] and not rnd["interrupted"]:
-            summary["error"] = f"round {index} wrote no report (exit {rnd['returncode']}); see " \
-                               f"{args.output_dir / (report.stem + '.log')}"
-            print(summary["error"], file=sys.stderr)
-            break
+            summary.setdefault("errors", []).append(
+                f"round {index} ({name}) wrote no report (exit {rnd['returncode']}); see "
+                f"{args.output_dir / (report.stem + '.log')}")
+            print(summary["errors"][-1], file=sys.stderr)
+            remaining.remove(name)
+            continue
         _accumulate(summary, rnd, index)
+        if not rnd["interrupted"] and _calls(summary, name) == 0:
+            summary.setdefault("unavailable", []).append(name)  # nothing ran: not importable here
+            remaining.remove(name)
+        remaining = [b for b in remaining if b not in _finished(summary, args.examples)]
         summary["elapsed_s"] = round(time.monotonic() - start, 1)
         out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
-        backends = _unfinished(summary, args.examples)
-        if not backends:
-            break
     summary["elapsed_s"] = round(time.monotonic() - start, 1)
     out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     print(f"\nsoak: {len(summary['rounds'])} round(s) in {summary['elapsed_s']:.0f} s")
@@ -156,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nFAILURE round {f['round']} seed {f['seed']}: {f['backend']} {f['dtype']} "
               f"{f['test']} {f['clauses']} ({f['outcome']})\n{f['message']}")
     print(f"\nsoak: summary written to {out}")
-    return 1 if summary["failures"] or "error" in summary else 0
+    return 1 if summary["failures"] or summary.get("errors") else 0
 
 
 if __name__ == "__main__":
