@@ -128,10 +128,27 @@ def matrix(session: nox.Session) -> None:
 
 @nox.session(tags=["soak"], default=False)
 def soak(session: nox.Session) -> None:
-    """Run the conformance suite (certify profile) repeatedly on clean backends with fresh random
-    Hypothesis seeds, within ``MHASPEC_SOAK_SECONDS`` (default 3600) or until a target number of
-    backend calls; prints calls and failures per backend x dtype and writes
-    results/soak/summary.json. Arguments after ``--`` go to ``python -m mhaspec.soak`` (e.g.
-    ``--backend numpy-batched --seconds 600 --examples 50000``)."""
+    """Run the conformance suite (certify profile) repeatedly on clean backends, one backend and
+    one fresh random Hypothesis seed per round, within ``MHASPEC_SOAK_SECONDS`` (default 3600) or
+    until every backend x dtype has made 20,000 backend calls; prints calls and failures per
+    backend x dtype and writes results/soak/summary.json. Arguments after ``--`` go to
+    ``python -m mhaspec.soak`` (e.g. ``--backend numpy-batched --seconds 600 --examples 50000``)."""
     install(session, "torch", "jax", "tensorflow")
     session.run("python", "-m", "mhaspec.soak", *session.posargs)
+
+
+@nox.session(default=False)
+def mutation(session: nox.Session) -> None:
+    """Mutation testing of the NumPy backend (``backends/np_backend.py`` and the shared algorithms
+    in ``backends/_generic.py``) with mutmut 2: each mutant is killed when the conformance suite
+    on numpy-batched and numpy-perhead (triage profile, stop at the first failure) fails. mutmut
+    edits the files in place and restores them; run it on a clean checkout. ``mutmut results`` and
+    ``mutmut show N`` then list the survivors (docs: mutation testing)."""
+    install(session)
+    session.install("mutmut<3")
+    runner = ("sh -c 'python -m pytest --pyargs mhaspec.conformance --backend numpy-batched "
+              "--backend numpy-perhead --mhaspec-profile triage -x -q -p no:cacheprovider "
+              "-p no:randomly -W ignore::RuntimeWarning; test $? -eq 0 || exit 1'")
+    session.run("mutmut", "run", "--paths-to-mutate", "backends/np_backend.py,backends/_generic.py",
+                "--runner", runner, "--tests-dir", "conformance", *session.posargs, success_codes=[0, 2])
+    session.run("mutmut", "results", success_codes=[0, 2])

@@ -133,6 +133,30 @@ def _table(summary: dict) -> str:
                                for i, (v, w) in enumerate(zip(r, widths))) for r in rows)
 
 
+def markdown(summary: dict) -> str:
+    """The soak's counts as a Markdown table (for docs/generated/soak.md)."""
+    cells = sorted(summary["by_backend_dtype"].values(), key=lambda c: (c["backend"], c["dtype"]))
+    total = sum(c["calls"] for c in cells)
+    lines = [f"Soak of {summary.get('started', '')} ({summary['elapsed_s']:.0f} s, "
+             f"{len(summary['rounds'])} rounds, profile {summary['profile']}, shapes "
+             f"{summary.get('shapes', 'free')}, target {summary['target_calls']:,} calls per "
+             f"backend x dtype): **{total:,} backend calls, {len(summary['failures'])} failures**.",
+             "", "| backend | dtype | backend calls | tests run | failures |", "|---|---|---:|---:|---:|"]
+    lines += [f"| {c['backend']} | {c['dtype']} | {c['calls']:,} | {c['tests']:,} | {c['failures']} |"
+              for c in cells]
+    short = [c for c in cells if c["calls"] < summary["target_calls"]]
+    if short:
+        lines += ["", f"{len(short)} backend x dtype cells stopped below the target when the time "
+                      "budget ran out: " + ", ".join(f"{c['backend']}/{c['dtype']}" for c in short)
+                  + "."]
+    if summary["failures"]:
+        lines += ["", "Failures (each with its reproducer in summary.json):", ""]
+    for f in summary["failures"]:
+        lines += [f"- round {f['round']}, seed {f['seed']}: {f['backend']} {f['dtype']} "
+                  f"`{f['test']}` ({', '.join(f['clauses'])})"]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
                "backends": args.backend or "registered", "profile": "certify", "shapes": args.shapes,
                "seconds_budget": args.seconds, "target_calls": args.examples, "rounds": [],
-               "by_backend_dtype": {}, "failures": []}
+               "by_backend_dtype": {}, "failures": [],
+               "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     out = args.output_dir / "summary.json"
     index = 0
     remaining = list(args.backend) or sorted(registered_backends())
@@ -170,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     summary["elapsed_s"] = round(time.monotonic() - start, 1)
     out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    (args.output_dir / "summary.md").write_text(markdown(summary), encoding="utf-8")
     print(f"\nsoak: {len(summary['rounds'])} round(s) in {summary['elapsed_s']:.0f} s")
     print(_table(summary))
     for f in summary["failures"]:
