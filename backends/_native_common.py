@@ -12,6 +12,7 @@ native op. These helpers hold the parts of that conversion that do not depend on
 
 from __future__ import annotations
 
+import copy
 import math
 
 LEGACY_MASK_VALUE = -1e9  # MASK-3: the source document's constant
@@ -22,10 +23,34 @@ class NativeMixin:
 
     #: The native op the adapter calls, for messages and the certificate.
     native_op: str = ""
+    #: Conventions in which the native op differs from the spec and which the adapter translates:
+    #: key -> (clause, one line). ``untranslated(key)`` gives the adapter without that translation,
+    #: so a run can confirm that the native convention really differs (conformance.conventions).
+    conventions: dict[str, tuple[str, str]] = {}
 
     def __init__(self, name: str):
         self.variant = "native"
         self.name = name
+        self.translated = frozenset(self.conventions)
+
+    def untranslated(self, key: str):
+        """A copy of this adapter that passes the spec's arguments to the native op as they are,
+        without translating convention ``key``."""
+        if key not in self.conventions:
+            raise ValueError(f"{self.name}: no convention {key!r}; known: {sorted(self.conventions)}")
+        other = copy.copy(self)
+        other.name = f"{self.name}[untranslated {key}]"
+        other.translated = self.translated - {key}
+        if hasattr(other, "_jitted"):
+            other._jitted = None  # a compiled function of the translating adapter
+        return other
+
+    def _native_causal(self, causal, len_q: int, len_k: int) -> bool:
+        """Whether the op's own causal flag serves ``causal`` (it is top-left, MASK-6); without the
+        causal-alignment translation the flag is used for bottom-right too."""
+        if causal is not None and "causal-alignment" not in self.translated:
+            return True
+        return causal is not None and native_causal_is_top_left(causal, len_q, len_k)
 
     def split_heads(self, x, num_heads: int):
         raise NotImplementedError(f"{self.name}: {self.native_op} has no split_heads")

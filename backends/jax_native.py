@@ -28,7 +28,7 @@ whatever the input dtype, so float64 results have float32 accuracy (declared aga
 
 from __future__ import annotations
 
-from ._native_common import NativeMixin, native_causal_is_top_left
+from ._native_common import NativeMixin
 from .jax_backend import JaxBackend, _jax, _jnp
 
 # float64 is not claimed: the op evaluates the softmax in float32 whatever the input dtype
@@ -38,6 +38,8 @@ _DEVIATIONS = {
               "become the dtype's lowest finite value), NaN when masked by -inf bias",
     "MASK-11": "a fully masked row differs between mask=M (mean of V) and "
                "bias=where(M, 0, -inf) (NaN); rows with an allowed key agree",
+    "GRAD-2": "value rows that no query may attend get non-zero gradients: a fully masked row "
+              "attends to every key uniformly (MASK-9: mean of V), so it depends on them",
     "NUM-1": "float64 is not supported: the op evaluates its softmax in float32 (errors ~1e-7 "
              "against the float64 oracle), so float64 is not claimed",
 }
@@ -51,8 +53,14 @@ class JaxDPA(NativeMixin, JaxBackend):
 
     framework = "jax"
     native_op = "jax.nn.dot_product_attention"
-    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors"})
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad"})
     deviations = _DEVIATIONS
+    conventions = {
+        "causal-alignment": ("MASK-7", "is_causal=True is top-left; bottom-right with L_q != L_k "
+                                       "goes through an explicit mask"),
+        "layout": ("SHAPE-3", "inputs and output are (B, T, N, H), time before heads; the adapter "
+                              "transposes from and to the spec's (B, h, L, d)"),
+    }
 
     def __init__(self, name: str = "jax-dpa"):
         NativeMixin.__init__(self, name)
@@ -68,14 +76,16 @@ class JaxDPA(NativeMixin, JaxBackend):
         jax, jnp = _jax(), _jnp()
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         d_k, d_v = self._shape(q)[3], self._shape(v)[3]
-        is_causal = causal is not None and native_causal_is_top_left(causal, len_q, len_k)
+        is_causal = self._native_causal(causal, len_q, len_k)
         allowed = self._allowed_rank4(len_q, len_k, q, mask, key_padding_mask,
                                       None if is_causal else causal)
         additive = self._additive_sum(bias, legacy_mask, q)
         width = max(d_k, d_v)
 
+        layout = "layout" in self.translated
+
         def btnh(x):
-            x = jnp.transpose(x, (0, 2, 1, 3))
+            x = jnp.transpose(x, (0, 2, 1, 3)) if layout else x
             pad = width - x.shape[3]
             return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, pad))) if pad else x
 
@@ -83,10 +93,14 @@ class JaxDPA(NativeMixin, JaxBackend):
             out = jax.nn.dot_product_attention(btnh(q), btnh(k), btnh(v), bias=additive,
                                                mask=allowed, scale=scale, is_causal=is_causal,
                                                implementation="xla")
-        return jnp.transpose(out[..., :d_v], (0, 2, 1, 3))
+        return jnp.transpose(out[..., :d_v], (0, 2, 1, 3)) if layout else out[..., :d_v]
 
     def _mha(self, *args):
         self._unsupported("multi-head attention (it is the attention kernel only)")
+
+    def _vjp_forward(self, *args):
+        """GRAD: jax.vjp through the spec's projections around the native kernel."""
+        return self._mha_over_sdpa(*args)
 
 
 class JitJaxDPA(JaxDPA):

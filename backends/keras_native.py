@@ -40,7 +40,7 @@ import warnings
 import numpy as np
 
 from ._base import MHAParams
-from ._native_common import NativeMixin, is_default_scale, native_causal_is_top_left
+from ._native_common import NativeMixin, is_default_scale
 from .tf_backend import TensorFlowBackend, _tf
 
 
@@ -66,6 +66,13 @@ class KerasMHA(NativeMixin, TensorFlowBackend):
         "NUM-1": "float64 is not supported: the scale 1/sqrt(d_k) is rounded to float32 (ops.cast "
                  "of a Python float goes through a float32 tensor), ~3e-8 relative logit error, "
                  "so float64 is not claimed",
+    }
+
+    conventions = {
+        "argument-order": ("MHA-4", "the layer is called as (query, value, key): value before key; "
+                                    "the adapter passes them in that order"),
+        "causal-alignment": ("MASK-7", "use_causal_mask=True is top-left; bottom-right with "
+                                       "L_q != L_k goes through an explicit attention_mask"),
     }
 
     def dtypes(self, device: str) -> tuple[str, ...]:
@@ -125,7 +132,7 @@ class KerasMHA(NativeMixin, TensorFlowBackend):
             self._unsupported(f"scale = {scale!r} (it always uses 1/sqrt(d_k) = "
                               f"{1 / d_k ** 0.5!r})")
         b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
-        use_causal = causal is not None and native_causal_is_top_left(causal, len_q, len_k)
+        use_causal = self._native_causal(causal, len_q, len_k)
         allowed = self._allowed_rank4(len_q, len_k, query, mask, key_padding_mask,
                                       None if use_causal else causal)
         attention_mask = None
@@ -137,7 +144,8 @@ class KerasMHA(NativeMixin, TensorFlowBackend):
         layer = self._layer(p, num_heads, query, key, value)
         with warnings.catch_warnings():  # Keras warns about a softmax over L_k = 1
             warnings.filterwarnings("ignore", message="You are using a softmax over axis")
-            out, weights = layer(query, value, key, attention_mask=attention_mask,
+            second, third = (value, key) if "argument-order" in self.translated else (key, value)
+            out, weights = layer(query, second, third, attention_mask=attention_mask,
                                  use_causal_mask=use_causal, return_attention_scores=True,
                                  training=False)
         return out, weights

@@ -49,7 +49,7 @@ points) before anything reaches torch, so the ERR clauses hold, then convert the
 from __future__ import annotations
 
 from ._base import MHAParams
-from ._native_common import NativeMixin, is_default_scale, native_causal_is_top_left
+from ._native_common import NativeMixin, is_default_scale
 from .torch_backend import TorchBackend, _torch
 
 
@@ -77,6 +77,9 @@ class TorchSDPA(_TorchNative):
     """``torch.nn.functional.scaled_dot_product_attention`` behind the spec's SDPA."""
 
     native_op = "torch.nn.functional.scaled_dot_product_attention"
+    conventions = {"causal-alignment": (
+        "MASK-7", "is_causal=True is top-left; bottom-right with L_q < L_k goes through "
+                  "causal_lower_right, otherwise an explicit mask")}
     capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad"})
     deviations = {
         "MASK-13": "a NaN or inf key behind a boolean mask or key_padding_mask leaks into the rows "
@@ -99,7 +102,7 @@ class TorchSDPA(_TorchNative):
         only_causal = mask is None and key_padding_mask is None and additive is None
         kwargs = {}
         if causal is not None and only_causal:
-            if native_causal_is_top_left(causal, len_q, len_k):
+            if self._native_causal(causal, len_q, len_k):
                 kwargs["is_causal"] = True
                 causal = None
             elif len_q < len_k:
@@ -134,6 +137,9 @@ class TorchMHA(_TorchNative):
                    "exclude it (the masks are added as -inf, and NaN + -inf is NaN; PyTorch issue "
                    "101967)",
     }
+    conventions = {"mask-polarity": (
+        "MASK-1", "boolean attn_mask and key_padding_mask mean blocked (True = may not attend); "
+                  "the adapter passes ~mask and ~key_padding_mask")}
 
     def _sdpa(self, *args):
         self._unsupported("scaled dot-product attention on its own (it is a module with "
@@ -239,10 +245,11 @@ class TorchMHA(_TorchNative):
                 kwargs["key_padding_mask"] = self._neg_inf_where_blocked(
                     key_padding_mask, None, query).expand(b, len_k)
         else:
+            invert = "mask-polarity" in self.translated  # torch: True = blocked
             if allowed is not None:
-                attn = ~allowed  # torch: True = blocked
+                attn = ~allowed if invert else allowed
             if key_padding_mask is not None:
-                kwargs["key_padding_mask"] = ~key_padding_mask  # torch: True = blocked
+                kwargs["key_padding_mask"] = ~key_padding_mask if invert else key_padding_mask
         if attn is not None:
             lead = tuple(self._shape(attn)[:2])
             if lead == (1, 1):

@@ -202,3 +202,14 @@ def test_invalid_input_raises_value_error(name):
         with pytest.raises(ValueError, match="key_padding_mask"):
             be.multi_head_attention(x, x, x, p, num_heads=2,
                                     key_padding_mask=f(np.ones((1, 4), bool), "bool"))
+
+
+@pytest.mark.parametrize("name", ["torch-sdpa", "torch-mha", "jax-dpa", "jax-dpa-jit", "keras-mha"])
+def test_every_translated_convention_is_confirmed(name):
+    """Each convention an adapter declares is really a native difference (the untranslated call
+    does not conform) and the translation is right (the adapter as shipped does)."""
+    from mhaspec.conformance import conventions
+
+    rows = conventions.confirm(load(name))
+    assert rows, f"{name} declares no convention"
+    assert all(r.confirmed for r in rows), rows

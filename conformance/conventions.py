@@ -1,0 +1,86 @@
+"""Confirm the conventions the native adapters translate: where a framework's op differs from the
+spec by convention (mask polarity, causal alignment, layout, argument order), the adapter
+translates, and this module shows that the translation is needed. For each declared convention it
+calls the adapter on a case that exercises it, once as shipped (must agree with the oracle under
+NUM-3) and once with that translation switched off (``adapter.untranslated(key)``: must not).
+
+``python -m mhaspec.conformance.conventions`` prints the table; ``conformance.matrix`` renders it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from mhaspec.backends import load_backend
+
+from . import harness, tolerance
+from .strategies import CaseSpec
+
+#: A case per convention that the untranslated call gets wrong (float32, on the CPU).
+CASES = {
+    "mask-polarity": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, mask_shape=(2, 2, 3, 4),
+                              key_padding=True, seed=1),
+    "causal-alignment": CaseSpec(batch=2, heads=2, len_q=3, len_k=5, causal="bottom_right", seed=2),
+    "layout": CaseSpec(batch=2, heads=3, len_q=4, len_k=5, seed=3),
+    "argument-order": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_model=8, k_dim=6, v_dim=6,
+                               seed=4),
+}
+
+
+class Confirmation(NamedTuple):
+    adapter: str
+    convention: str
+    clause: str
+    explanation: str
+    translated: str  # "agrees" or what went wrong
+    untranslated: str  # what the op does with the spec's arguments as they are
+    confirmed: bool
+
+
+def _outcome(impl: harness.Impl, spec: CaseSpec, op: str) -> tuple[bool, str]:
+    """(agrees with the oracle under NUM-3, a short description)."""
+    case = impl.case(spec, op)
+    try:
+        got = impl.sdpa(case) if op == "sdpa" else impl.mha(case)
+    except Exception as exc:  # noqa: BLE001 - an exception is one way to differ
+        return False, f"raises {type(exc).__name__}"
+    expected = harness.oracle_result(case, op)
+    error, _ = tolerance.max_abs_error(got.out, expected.out)
+    allowed, _ = harness.allowance(case, op, impl, expected)
+    if error <= allowed:
+        return True, f"agrees (max error {error:.1e})"
+    return False, f"output differs from the oracle by up to {error:.2g} (allowed {allowed:.1e})"
+
+
+def confirm(adapter) -> list[Confirmation]:
+    """Check every convention ``adapter`` declares."""
+    rows = []
+    op = "sdpa" if "sdpa" in adapter.capabilities else "mha"
+    dtype = "float32" if "float32" in adapter.dtypes("cpu") else adapter.dtypes("cpu")[0]
+    for key, (clause, explanation) in sorted(getattr(adapter, "conventions", {}).items()):
+        spec = CASES[key]
+        ok, shipped = _outcome(harness.Impl(adapter, "cpu", dtype), spec, op)
+        bad, raw = _outcome(harness.Impl(adapter.untranslated(key), "cpu", dtype), spec, op)
+        rows.append(Confirmation(adapter.name, key, clause, explanation, shipped, raw,
+                                 ok and not bad))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mhaspec.conformance.conventions",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("backend", nargs="*",
+                        default=["torch-sdpa", "torch-mha", "jax-dpa", "jax-dpa-jit", "keras-mha"])
+    args = parser.parse_args(argv)
+    rows = [r for name in args.backend for r in confirm(load_backend(name))]
+    for r in rows:
+        print(f"{r.adapter:12} {r.convention:17} {r.clause:8} "
+              f"{'confirmed' if r.confirmed else 'NOT CONFIRMED'}: untranslated {r.untranslated}; "
+              f"as shipped {r.translated}")
+    return 0 if all(r.confirmed for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
