@@ -1,0 +1,25 @@
+"""Input validation of chapter ERR, public for third-party backends.
+
+Describe each array as :class:`Arg` (its name, shape and dtype name: nothing framework-specific)
+and call :func:`check_sdpa`, :func:`check_mha` or :func:`check_heads` before computing anything.
+Every invalid input the spec lists raises ``ValueError`` naming the argument and showing the shapes
+(ERR-1), exactly as the in-repo backends do. :func:`arg` builds an :class:`Arg` from any array with
+``.shape`` and ``.dtype``.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
+"""
+
+from __future__ import annotations
+
+from ._validate import CAUSAL_VALUES, FLOAT_DTYPES, Arg, Dims, check_heads, check_mha, check_sdpa
+
+__all__ = ["Arg", "Dims", "CAUSAL_VALUES", "FLOAT_DTYPES", "arg", "check_heads", "check_mha",
+           "check_sdpa"]
+
+
+def arg(name: str, x) -> Arg | None:
+    """``x`` (any array with ``.shape`` and ``.dtype``) as an :class:`Arg`; None stays None."""
+    if x is None:
+        return None
+    dtype = getattr(x.dtype, "name", None) or str(x.dtype).removeprefix("torch.")
+    return Arg(name, tuple(int(n) for n in x.shape), dtype)
