@@ -31,10 +31,12 @@ from . import harness, strategies, tolerance
 
 NOT_IMPLEMENTED = "not implemented"
 OPS = ("sdpa", "mha")
+# derandomize is explicit in every profile: Hypothesis derandomizes by default when it detects a CI
+# environment, which would make dev and certify runs ignore --hypothesis-seed there.
 PROFILES = {
-    "dev": dict(max_examples=10),
+    "dev": dict(max_examples=10, derandomize=False),
     "ci": dict(max_examples=8, derandomize=True, database=None),
-    "certify": dict(max_examples=100),
+    "certify": dict(max_examples=100, derandomize=False),
     # for checking the suite itself on broken backends: no shrinking, only the verdicts matter
     "triage": dict(max_examples=8, derandomize=True, database=None,
                    phases=[Phase.explicit, Phase.reuse, Phase.generate]),
