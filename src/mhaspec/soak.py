@@ -54,6 +54,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="menu: the fixed list of 7 shapes (default); free: every size drawn")
     p.add_argument("--output-dir", default="results/soak", type=pathlib.Path,
                    help="where summary.json and the per-round reports go (default results/soak)")
+    p.add_argument("--merge", nargs="+", type=pathlib.Path, default=None, metavar="SUMMARY",
+                   help="run nothing: merge the summary.json files of soaks run in parallel (one "
+                        "per core or machine) into --output-dir (counts add up)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the generator of per-round Hypothesis seeds (default: random)")
     return p.parse_args(argv), extra
@@ -137,7 +140,10 @@ def markdown(summary: dict) -> str:
     """The soak's counts as a Markdown table (for docs/generated/soak.md)."""
     cells = sorted(summary["by_backend_dtype"].values(), key=lambda c: (c["backend"], c["dtype"]))
     total = sum(c["calls"] for c in cells)
-    lines = [f"Soak of {summary.get('started', '')} ({summary['elapsed_s']:.0f} s, "
+    streams = summary.get("merged_from", 1)
+    started = f" of {summary['started']}" if summary.get("started") else ""
+    lines = [f"Soak{started} ({summary['elapsed_s']:.0f} s"
+             + (f" in {streams} processes side by side" if streams > 1 else "") + ", "
              f"{len(summary['rounds'])} rounds, profile {summary['profile']}, shapes "
              f"{summary.get('shapes', 'free')}, target {summary['target_calls']:,} calls per "
              f"backend x dtype): **{total:,} backend calls, {len(summary['failures'])} failures**.",
@@ -157,9 +163,33 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(summaries: list[dict]) -> dict:
+    """One summary from soaks run side by side: calls, tests and failures add up per cell; the
+    elapsed time is the longest (they ran at the same time)."""
+    out = {**summaries[0], "merged_from": len(summaries), "rounds": [], "failures": [],
+           "by_backend_dtype": {}, "command": [s["command"] for s in summaries],
+           "backends": sorted({b for s in summaries for b in
+                               (s["backends"] if isinstance(s["backends"], list) else [s["backends"]])}),
+           "elapsed_s": max(s.get("elapsed_s", 0.0) for s in summaries)}
+    for s in summaries:
+        out["rounds"] += s["rounds"]
+        out["failures"] += s["failures"]
+        for key, c in s["by_backend_dtype"].items():
+            cell = out["by_backend_dtype"].setdefault(key, {**c, "calls": 0, "tests": 0, "failures": 0})
+            for field in ("calls", "tests", "failures"):
+                cell[field] += c[field]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        summary = merge([json.loads(path.read_text("utf-8")) for path in args.merge])
+        (args.output_dir / "summary.json").write_text(json.dumps(summary, indent=1), "utf-8")
+        (args.output_dir / "summary.md").write_text(markdown(summary), "utf-8")
+        print(_table(summary))
+        return 1 if summary["failures"] else 0
     rng = random.Random(args.seed)
     start = time.monotonic()
     deadline = start + args.seconds
