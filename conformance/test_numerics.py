@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, strategies as st
+from hypothesis import assume, example, given, strategies as st
 
 from mhaspec.conformance import extremes, harness
-from mhaspec.conformance.strategies import case_specs
+from mhaspec.conformance.strategies import CaseSpec, case_specs
 
 
 
@@ -71,9 +71,13 @@ MHA_ARRAYS = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
 
 @pytest.mark.clause("NUM-6")
 @given(spec=case_specs(custom_scale=True), value=st.sampled_from(sorted(extremes.NONFINITE)),
-       data=st.data())
-def test_nonfinite_inputs_propagate_exactly_where_the_oracle_says(impl, op, spec, value, data):
-    array = data.draw(st.sampled_from(SDPA_ARRAYS if op == "sdpa" else MHA_ARRAYS), label="array")
+       which=st.integers(0, len(MHA_ARRAYS) - 1))
+# always run: a NaN query row (the case torch's CPU fused kernel turns into zeros), so a run
+# confirms a declared deviation whatever the random draws were
+@example(spec=CaseSpec(seed=5), value="nan", which=0)
+def test_nonfinite_inputs_propagate_exactly_where_the_oracle_says(impl, op, spec, value, which):
+    arrays = SDPA_ARRAYS if op == "sdpa" else MHA_ARRAYS
+    array = arrays[which % len(arrays)]
     case = impl.case(spec._replace(extreme=extremes.nonfinite(value, array)), op)
     # -inf logits can empty a row's allowed set: that row is MASK-9's subject, not this clause's
     assume(not np.any(np.all(harness.oracle_result(case, op).weights == 0, axis=-1)))
