@@ -69,6 +69,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="free: draw every size from the menus of sizes; menu: draw whole shapes "
                          "from the fixed list of 7 (compiled variants then compile 7 shapes); "
                          "default: menu for the ci and triage profiles, free otherwise")
+    group.addoption("--mhaspec-examples", default=None, type=int, metavar="N",
+                    help="Hypothesis examples per test, overriding the profile's max_examples "
+                         "(the soak uses it to make fewer, longer rounds)")
     group.addoption("--mhaspec-partial", action="store_true",
                     help="developing new clauses: do not fail when a testable clause has no test")
     group.addoption("--mhaspec-failures", default=None, metavar="DIR",
@@ -81,6 +84,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "dtypes(*names): restrict a test to these dtypes")
     profile = config.getoption("--mhaspec-profile") or ("ci" if os.environ.get("CI") else "dev")
     settings.load_profile(f"mhaspec-{profile}")
+    examples = config.getoption("--mhaspec-examples")
+    if examples is not None:
+        if examples < 1:
+            raise pytest.UsageError(f"--mhaspec-examples must be at least 1, got {examples}")
+        settings.register_profile(f"mhaspec-{profile}-{examples}", settings(), max_examples=examples)
+        settings.load_profile(f"mhaspec-{profile}-{examples}")
     shapes = config.getoption("--mhaspec-shapes") or ("menu" if profile in ("ci", "triage") else "free")
     strategies.shape_menu = strategies.CI_SHAPES if shapes == "menu" else None
     config.stash[RESULTS_KEY] = []

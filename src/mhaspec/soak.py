@@ -1,10 +1,12 @@
 """Soak the conformance suite: run it again and again on clean backends with fresh random seeds.
 
-``python -m mhaspec.soak [--backend NAME ...] [--seconds S] [--examples N] [-- pytest args]``
+``python -m mhaspec.soak [--backend NAME ...] [--seconds S] [--examples N] [--per-test N]
+[--jobs J] [-- pytest args]``
 
 Each round is one run of the suite on one backend (``--mhaspec-profile certify``,
-``--hypothesis-seed=<random>``, ``--mhaspec-report``) in a subprocess; the backend with the fewest
-backend calls so far goes next, so slow backends get their share of the budget. Shapes come from
+``--hypothesis-seed=<random>``, ``--mhaspec-examples <per-test>``, ``--mhaspec-report``) in a
+subprocess; the backend with the fewest backend calls so far goes next, so slow backends get their
+share of the budget, and ``--jobs`` rounds run at once, each on a different backend. Shapes come from
 the fixed list of 7 by default (``--shapes menu``: compiled variants then compile 7 shapes, not
 hundreds; values, masks, bias, scales and seeds stay random), or from the free menus of sizes
 (``--shapes free``). Rounds continue until the time budget is spent (``--seconds``, env
@@ -49,6 +51,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    default=int(os.environ.get("MHASPEC_SOAK_EXAMPLES", 20_000)),
                    help="stop once every backend x dtype has made this many backend calls "
                         "(env MHASPEC_SOAK_EXAMPLES, default 20000)")
+    p.add_argument("--per-test", type=int, default=100, metavar="N",
+                   help="Hypothesis examples per test in each round (default 100, the certify "
+                        "profile's); more per round spends less of the budget on start-up and "
+                        "compilation")
+    p.add_argument("--jobs", type=int, default=1, metavar="J",
+                   help="rounds run at the same time, each on a different backend (default 1)")
     p.add_argument("--dtypes", default=None, metavar="D1,D2", help="only these dtypes")
     p.add_argument("--shapes", default="menu", choices=("menu", "free"),
                    help="menu: the fixed list of 7 shapes (default); free: every size drawn")
@@ -62,41 +70,46 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_args(argv), extra
 
 
-def _round(args, backends: list[str], seed: int, report: pathlib.Path, deadline: float,
-           extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
-           "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile", "certify",
-           f"--hypothesis-seed={seed}", "--mhaspec-report", str(report.resolve()),
-           "--mhaspec-shapes", args.shapes]
-    if args.dtypes:
-        cmd += ["--mhaspec-dtypes", args.dtypes]
-    for ref in backends:
-        cmd += ["--backend", ref]
-    cmd += extra
-    # own cwd: the Hypothesis example database of the soak stays under the output directory
-    work = args.output_dir / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    log = (args.output_dir / f"{report.stem}.log").open("w", encoding="utf-8")
-    proc = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
-    interrupted = False
-    try:
-        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        interrupted = True
-        proc.send_signal(signal.SIGINT)  # pytest still writes the report of what has run
+class _Round:
+    """One running round: the suite on one backend in a subprocess."""
+
+    def __init__(self, args, index: int, backend: str, seed: int, extra: list[str]):
+        self.index, self.backend, self.seed = index, backend, seed
+        self.report = args.output_dir / f"round-{index:03d}.json"
+        self.report.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p",
+               "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile",
+               "certify", f"--hypothesis-seed={seed}", "--mhaspec-report", str(self.report.resolve()),
+               "--mhaspec-shapes", args.shapes, "--mhaspec-examples", str(args.per_test),
+               "--backend", backend]
+        if args.dtypes:
+            cmd += ["--mhaspec-dtypes", args.dtypes]
+        cmd += extra
+        # own cwd: the Hypothesis example database of the soak stays under the output directory
+        work = args.output_dir / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        self.log = (args.output_dir / f"{self.report.stem}.log").open("w", encoding="utf-8")
+        self.proc = subprocess.Popen(cmd, cwd=work, stdout=self.log, stderr=subprocess.STDOUT)
+        self.interrupted = False
+
+    def interrupt(self) -> None:
+        """Stop at the deadline: pytest still writes the report of what has run."""
+        self.interrupted = True
+        self.proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=120)
+            self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    finally:
-        log.close()
-    results = json.loads(report.read_text()) if report.exists() else []
-    return {"seed": seed, "returncode": proc.returncode, "interrupted": interrupted,
-            "results": results}
+            self.proc.kill()
+            self.proc.wait()
+
+    def result(self) -> dict:
+        self.log.close()
+        results = json.loads(self.report.read_text()) if self.report.exists() else []
+        return {"seed": self.seed, "returncode": self.proc.returncode,
+                "interrupted": self.interrupted, "results": results}
 
 
-def _accumulate(summary: dict, rnd: dict, index: int) -> None:
+def _accumulate(summary: dict, rnd: dict, index: int, backend: str) -> None:
     cells = summary["by_backend_dtype"]
     for r in rnd["results"]:
         key = f"{r['backend']}/{r['dtype']}"
@@ -110,7 +123,8 @@ def _accumulate(summary: dict, rnd: dict, index: int) -> None:
                 "round": index, "seed": rnd["seed"], "backend": r["backend"], "device": r["device"],
                 "dtype": r["dtype"], "test": r["test"], "clauses": r["clauses"],
                 "outcome": r["outcome"], "message": r.get("message", "")})
-    summary["rounds"].append({"round": index, "seed": rnd["seed"], "returncode": rnd["returncode"],
+    summary["rounds"].append({"round": index, "backend": backend, "seed": rnd["seed"],
+                              "returncode": rnd["returncode"],
                               "interrupted": rnd["interrupted"], "results": len(rnd["results"])})
 
 
@@ -118,12 +132,6 @@ def _calls(summary: dict, backend: str) -> int:
     """The fewest backend calls of any dtype of ``backend`` so far (0 before its first round)."""
     cells = [c["calls"] for c in summary["by_backend_dtype"].values() if c["backend"] == backend]
     return min(cells, default=0)
-
-
-def _finished(summary: dict, target: int) -> set[str]:
-    """Backends whose every dtype has made at least ``target`` calls."""
-    backends = {c["backend"] for c in summary["by_backend_dtype"].values()}
-    return {b for b in backends if _calls(summary, b) >= target}
 
 
 def _table(summary: dict) -> str:
@@ -142,9 +150,12 @@ def markdown(summary: dict) -> str:
     total = sum(c["calls"] for c in cells)
     streams = summary.get("merged_from", 1)
     started = f" of {summary['started']}" if summary.get("started") else ""
+    jobs = summary.get("jobs", 1)
     lines = [f"Soak{started} ({summary['elapsed_s']:.0f} s"
-             + (f" in {streams} processes side by side" if streams > 1 else "") + ", "
-             f"{len(summary['rounds'])} rounds, profile {summary['profile']}, shapes "
+             + (f" in {streams} processes side by side" if streams > 1 else "")
+             + (f", {jobs} rounds at a time" if jobs > 1 else "") + ", "
+             f"{len(summary['rounds'])} rounds of {summary.get('examples_per_test', 100)} "
+             f"examples per test, profile {summary['profile']}, shapes "
              f"{summary.get('shapes', 'free')}, target {summary['target_calls']:,} calls per "
              f"backend x dtype): **{total:,} backend calls, {len(summary['failures'])} failures**.",
              "", "| backend | dtype | backend calls | tests run | failures |", "|---|---|---:|---:|---:|"]
@@ -181,6 +192,26 @@ def merge(summaries: list[dict]) -> dict:
     return out
 
 
+def _record(summary: dict, rnd: _Round, remaining: list[str], target: int) -> None:
+    """Add a finished round to the summary; drop its backend from ``remaining`` when it has
+    reached the target, wrote no report, or ran nothing (not importable here)."""
+    res = rnd.result()
+    name = rnd.backend
+    if not res["results"] and not res["interrupted"]:
+        summary.setdefault("errors", []).append(
+            f"round {rnd.index} ({name}) wrote no report (exit {res['returncode']}); see "
+            f"{rnd.report.with_suffix('.log')}")
+        print(summary["errors"][-1], file=sys.stderr)
+        remaining.remove(name)
+        return
+    _accumulate(summary, res, rnd.index, name)
+    if not res["interrupted"] and _calls(summary, name) == 0:
+        summary.setdefault("unavailable", []).append(name)
+        remaining.remove(name)
+    elif _calls(summary, name) >= target:
+        remaining.remove(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
     args.output_dir.mkdir(parents=True, exist_ok=True)
@@ -195,32 +226,34 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + args.seconds
     summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
                "backends": args.backend or "registered", "profile": "certify", "shapes": args.shapes,
-               "seconds_budget": args.seconds, "target_calls": args.examples, "rounds": [],
+               "seconds_budget": args.seconds, "target_calls": args.examples,
+               "examples_per_test": args.per_test, "jobs": args.jobs, "rounds": [],
                "by_backend_dtype": {}, "failures": [],
                "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     out = args.output_dir / "summary.json"
     index = 0
     remaining = list(args.backend) or sorted(registered_backends())
-    while remaining and time.monotonic() < deadline - 1:
-        name = min(remaining, key=lambda b: _calls(summary, b))
-        index += 1
-        seed = rng.randrange(2 ** 32)
-        report = args.output_dir / f"round-{index:03d}.json"
-        report.unlink(missing_ok=True)
-        print(f"soak round {index}: {name} --hypothesis-seed={seed}", flush=True)
-        rnd = _round(args, [name], seed, report, deadline, extra)
-        if not rnd["results"] and not rnd["interrupted"]:
-            summary.setdefault("errors", []).append(
-                f"round {index} ({name}) wrote no report (exit {rnd['returncode']}); see "
-                f"{args.output_dir / (report.stem + '.log')}")
-            print(summary["errors"][-1], file=sys.stderr)
-            remaining.remove(name)
-            continue
-        _accumulate(summary, rnd, index)
-        if not rnd["interrupted"] and _calls(summary, name) == 0:
-            summary.setdefault("unavailable", []).append(name)  # nothing ran: not importable here
-            remaining.remove(name)
-        remaining = [b for b in remaining if b not in _finished(summary, args.examples)]
+    running: list[_Round] = []
+    while True:
+        idle = [b for b in remaining if b not in {r.backend for r in running}]
+        while len(running) < args.jobs and idle and time.monotonic() < deadline - 1:
+            name = min(idle, key=lambda b: _calls(summary, b))
+            idle.remove(name)
+            index += 1
+            seed = rng.randrange(2 ** 32)
+            print(f"soak round {index}: {name} --hypothesis-seed={seed}", flush=True)
+            running.append(_Round(args, index, name, seed, extra))
+        if not running:
+            break
+        while not any(r.proc.poll() is not None for r in running):
+            if time.monotonic() >= deadline:
+                for r in running:
+                    r.interrupt()
+                break
+            time.sleep(0.5)
+        for rnd in [r for r in running if r.proc.poll() is not None]:
+            running.remove(rnd)
+            _record(summary, rnd, remaining, args.examples)
         summary["elapsed_s"] = round(time.monotonic() - start, 1)
         out.write_text(json.dumps(summary, indent=1), encoding="utf-8")
     summary["elapsed_s"] = round(time.monotonic() - start, 1)
