@@ -70,6 +70,10 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_args(argv), extra
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Round:
     """One running round: the suite on one backend in a subprocess."""
 
@@ -89,13 +93,22 @@ class _Round:
         work = args.output_dir / "work"
         work.mkdir(parents=True, exist_ok=True)
         self.log = (args.output_dir / f"{self.report.stem}.log").open("w", encoding="utf-8")
-        self.proc = subprocess.Popen(cmd, cwd=work, stdout=self.log, stderr=subprocess.STDOUT)
+        # SIGINT back to its default in the round, so pytest turns it into KeyboardInterrupt and
+        # writes its report even where the soak itself was started with SIGINT ignored (nohup, &)
+        self.proc = subprocess.Popen(cmd, cwd=work, stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=_default_sigint if os.name == "posix" else None)
         self.interrupted = False
 
-    def interrupt(self) -> None:
-        """Stop at the deadline: pytest still writes the report of what has run."""
+    def interrupt(self, grace: float = 0.0) -> None:
+        """Stop at the deadline: pytest still writes the report of what has run. ``grace``:
+        seconds to wait first (after a Ctrl-C the terminal has already sent it SIGINT)."""
         self.interrupted = True
-        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=grace) if grace else None
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
         try:
             self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
@@ -245,12 +258,19 @@ def main(argv: list[str] | None = None) -> int:
             running.append(_Round(args, index, name, seed, extra))
         if not running:
             break
-        while not any(r.proc.poll() is not None for r in running):
-            if time.monotonic() >= deadline:
-                for r in running:
-                    r.interrupt()
-                break
-            time.sleep(0.5)
+        try:
+            while not any(r.proc.poll() is not None for r in running):
+                if time.monotonic() >= deadline:
+                    for r in running:
+                        r.interrupt()
+                    break
+                time.sleep(0.5)
+        except KeyboardInterrupt:  # Ctrl-C: no new rounds, keep what the running ones have done
+            print("\nsoak: interrupted; collecting the running rounds' results", file=sys.stderr)
+            summary["interrupted"] = True
+            deadline = time.monotonic()
+            for r in running:
+                r.interrupt(grace=10.0)
         for rnd in [r for r in running if r.proc.poll() is not None]:
             running.remove(rnd)
             _record(summary, rnd, remaining, args.examples)

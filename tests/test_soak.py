@@ -1,0 +1,71 @@
+"""The soak (``python -m mhaspec.soak``): rounds, counts, failures, parallel jobs and merging.
+
+Axis legend: none (the soak's results are counts per backend x dtype)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from mhaspec import soak
+
+HERE = pathlib.Path(__file__).parent
+
+
+def run_soak(tmp_path: pathlib.Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "soak"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "mhaspec.soak", "--output-dir", str(out),
+                           "--dtypes", "float64", *args],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    return proc, json.loads((out / "summary.json").read_text())
+
+
+def test_soak_runs_rounds_until_every_cell_reaches_the_target(tmp_path):
+    proc, summary = run_soak(tmp_path, "--backend", "numpy-batched", "--backend", "numpy-perhead",
+                             "--seconds", "600", "--examples", "150", "--per-test", "2",
+                             "--jobs", "2", "--seed", "1")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    cells = summary["by_backend_dtype"]
+    assert set(cells) == {"numpy-batched/float64", "numpy-perhead/float64"}
+    assert all(c["calls"] >= 150 and c["failures"] == 0 for c in cells.values())
+    # 2 examples per test make well under 150 calls per round, so each backend needed several
+    rounds = summary["rounds"]
+    assert {r["backend"] for r in rounds} == {"numpy-batched", "numpy-perhead"}
+    assert len(rounds) >= 4 and len({r["seed"] for r in rounds}) == len(rounds)
+    assert summary["examples_per_test"] == 2 and summary["jobs"] == 2
+    total = sum(c["calls"] for c in cells.values())
+    assert f"**{total:,} backend calls, 0 failures**" in soak.markdown(summary)
+
+
+def test_soak_reports_a_wrong_backend_with_its_seed_and_exit_status_1(tmp_path):
+    proc, summary = run_soak(tmp_path, "--backend", "broken_backends:WRONG_SCALE", "--seconds",
+                             "600", "--examples", "1", "--per-test", "3", "--", "-x")
+    assert proc.returncode == 1
+    assert summary["failures"], summary
+    failure = summary["failures"][0]
+    assert failure["backend"] == "broken-wrong-scale" and failure["outcome"] == "fail"
+    assert failure["seed"] == summary["rounds"][0]["seed"]
+    assert "FAILURE round 1" in proc.stdout
+
+
+def test_merge_adds_counts_and_keeps_every_failure():
+    def one(calls, failures):
+        return {"command": ["x"], "backends": ["b"], "profile": "certify", "shapes": "menu",
+                "seconds_budget": 10, "target_calls": 100, "rounds": [{"round": 1}],
+                "failures": [{"round": 1, "seed": 7, "backend": "b", "dtype": "float64",
+                              "test": "t", "clauses": ["NUM-3"]}] * failures,
+                "by_backend_dtype": {"b/float64": {"backend": "b", "dtype": "float64",
+                                                   "calls": calls, "tests": 3,
+                                                   "failures": failures}},
+                "elapsed_s": calls / 10}
+    merged = soak.merge([one(60, 0), one(50, 1)])
+    cell = merged["by_backend_dtype"]["b/float64"]
+    assert (cell["calls"], cell["tests"], cell["failures"]) == (110, 6, 1)
+    assert len(merged["failures"]) == 1 and len(merged["rounds"]) == 2
+    assert merged["elapsed_s"] == 6.0 and merged["merged_from"] == 2
+    text = soak.markdown(merged)
+    assert "**110 backend calls, 1 failures**" in text and "stopped below" not in text
