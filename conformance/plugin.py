@@ -22,7 +22,7 @@ import pathlib
 from collections import defaultdict
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, settings, statistics
 
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
@@ -177,11 +177,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                 f"clauses without a test: {untested}; unknown clause ids: {unknown}")
 
 
-@pytest.hookimpl(wrapper=True)
+#: the phases whose valid test cases count as examples run (shrinking re-runs are not counted)
+COUNTED_PHASES = ("explicit", "reuse", "generate", "target")
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)  # innermost: inside Hypothesis's own wrapper
 def pytest_runtest_call(item: pytest.Item):
     token = harness.current_item.set(item)
+    outer = statistics.collector.value  # Hypothesis's own (for --hypothesis-show-statistics)
+
+    def count_examples(stats: dict) -> None:
+        item.mhaspec_examples = getattr(item, "mhaspec_examples", 0) + sum(
+            case["status"] == "valid" for phase in COUNTED_PHASES
+            for case in stats.get(f"{phase}-phase", {}).get("test-cases", []))
+        if outer is not None:
+            outer(stats)
+
     try:
-        return (yield)
+        with statistics.collector.with_value(count_examples):
+            return (yield)
     finally:
         harness.current_item.reset(token)
 
@@ -195,7 +209,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         report.user_properties.append(("mhaspec", {
             "backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
             "clauses": clauses, "ratios": getattr(item, "mhaspec_ratios", {}),
-            "calls": getattr(item, "mhaspec_calls", 0)}))
+            "calls": getattr(item, "mhaspec_calls", 0),
+            "examples": getattr(item, "mhaspec_examples", 0)}))
     return report
 
 

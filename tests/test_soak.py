@@ -31,14 +31,16 @@ def test_soak_runs_rounds_until_every_cell_reaches_the_target(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cells = summary["by_backend_dtype"]
     assert set(cells) == {"numpy-batched/float64", "numpy-perhead/float64"}
-    assert all(c["calls"] >= 150 and c["failures"] == 0 for c in cells.values())
-    # 2 examples per test make well under 150 calls per round, so each backend needed several
+    assert all(c["examples"] >= 150 and c["failures"] == 0 for c in cells.values())
+    assert all(c["calls"] >= c["examples"] // 2 for c in cells.values())
+    # 2 examples per test make well under 150 examples per round, so each backend needed several
     rounds = summary["rounds"]
     assert {r["backend"] for r in rounds} == {"numpy-batched", "numpy-perhead"}
     assert len(rounds) >= 4 and len({r["seed"] for r in rounds}) == len(rounds)
     assert summary["examples_per_test"] == 2 and summary["jobs"] == 2
-    total = sum(c["calls"] for c in cells.values())
-    assert f"**{total:,} backend calls, 0 failures**" in soak.markdown(summary)
+    examples, calls = (sum(c[f] for c in cells.values()) for f in ("examples", "calls"))
+    assert (f"**{examples:,} Hypothesis examples, {calls:,} backend calls, 0 failures**"
+            in soak.markdown(summary))
 
 
 def test_soak_reports_a_wrong_backend_with_its_seed_and_exit_status_1(tmp_path):
@@ -53,19 +55,21 @@ def test_soak_reports_a_wrong_backend_with_its_seed_and_exit_status_1(tmp_path):
 
 
 def test_merge_adds_counts_and_keeps_every_failure():
-    def one(calls, failures):
+    def one(examples, calls, failures):
         return {"command": ["x"], "backends": ["b"], "profile": "certify", "shapes": "menu",
-                "seconds_budget": 10, "target_calls": 100, "rounds": [{"round": 1}],
+                "seconds_budget": 10, "target_examples": 100, "rounds": [{"round": 1}],
                 "failures": [{"round": 1, "seed": 7, "backend": "b", "dtype": "float64",
                               "test": "t", "clauses": ["NUM-3"]}] * failures,
                 "by_backend_dtype": {"b/float64": {"backend": "b", "dtype": "float64",
-                                                   "calls": calls, "tests": 3,
+                                                   "examples": examples, "calls": calls,
+                                                   "tests": 3,
                                                    "failures": failures}},
                 "elapsed_s": calls / 10}
-    merged = soak.merge([one(60, 0), one(50, 1)])
+    merged = soak.merge([one(55, 60, 0), one(50, 50, 1)])
     cell = merged["by_backend_dtype"]["b/float64"]
-    assert (cell["calls"], cell["tests"], cell["failures"]) == (110, 6, 1)
+    assert (cell["examples"], cell["calls"], cell["tests"], cell["failures"]) == (105, 110, 6, 1)
     assert len(merged["failures"]) == 1 and len(merged["rounds"]) == 2
     assert merged["elapsed_s"] == 6.0 and merged["merged_from"] == 2
     text = soak.markdown(merged)
-    assert "**110 backend calls, 1 failures**" in text and "stopped below" not in text
+    assert "**105 Hypothesis examples, 110 backend calls, 1 failures**" in text
+    assert "stopped below" not in text

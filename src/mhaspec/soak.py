@@ -5,16 +5,17 @@
 
 Each round is one run of the suite on one backend (``--mhaspec-profile certify``,
 ``--hypothesis-seed=<random>``, ``--mhaspec-examples <per-test>``, ``--mhaspec-report``) in a
-subprocess; the backend with the fewest backend calls so far goes next, so slow backends get their
+subprocess; the backend with the fewest Hypothesis examples so far goes next, so slow backends get their
 share of the budget, and ``--jobs`` rounds run at once, each on a different backend. Shapes come from
 the fixed list of 7 by default (``--shapes menu``: compiled variants then compile 7 shapes, not
 hundreds; values, masks, bias, scales and seeds stay random), or from the free menus of sizes
 (``--shapes free``). Rounds continue until the time budget is spent (``--seconds``, env
 ``MHASPEC_SOAK_SECONDS``, default 3600) or every backend x dtype has made the target number of
-backend calls (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 20000); a backend that has
+Hypothesis examples (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 20000); a backend that has
 reached it leaves the later rounds, and a round still running when the budget ends is interrupted
 (SIGINT), keeping the results it has so far. After every round ``results/soak/summary.json`` is
-rewritten: per backend x dtype the backend calls (the report's ``calls`` per result), tests run and
+rewritten: per backend x dtype the Hypothesis examples run and the backend calls made (the
+report's ``examples`` and ``calls`` per result), tests run and
 failures, and every failure with its seed and message (which carries the reproducer). Exit status
 1 when anything failed.
 """
@@ -49,7 +50,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="time budget in seconds (env MHASPEC_SOAK_SECONDS, default 3600)")
     p.add_argument("--examples", type=int,
                    default=int(os.environ.get("MHASPEC_SOAK_EXAMPLES", 20_000)),
-                   help="stop once every backend x dtype has made this many backend calls "
+                   help="stop once every backend x dtype has run this many Hypothesis examples "
                         "(env MHASPEC_SOAK_EXAMPLES, default 20000)")
     p.add_argument("--per-test", type=int, default=100, metavar="N",
                    help="Hypothesis examples per test in each round (default 100, the certify "
@@ -126,8 +127,10 @@ def _accumulate(summary: dict, rnd: dict, index: int, backend: str) -> None:
     cells = summary["by_backend_dtype"]
     for r in rnd["results"]:
         key = f"{r['backend']}/{r['dtype']}"
-        cell = cells.setdefault(key, {"backend": r["backend"], "dtype": r["dtype"], "calls": 0,
+        cell = cells.setdefault(key, {"backend": r["backend"], "dtype": r["dtype"], "examples": 0,
+                                      "calls": 0,
                                       "tests": 0, "failures": 0})
+        cell["examples"] += int(r.get("examples", 0))
         cell["calls"] += int(r.get("calls", 0))
         cell["tests"] += r["outcome"] != "unavailable"
         if r["outcome"] in BAD:
@@ -141,15 +144,17 @@ def _accumulate(summary: dict, rnd: dict, index: int, backend: str) -> None:
                               "interrupted": rnd["interrupted"], "results": len(rnd["results"])})
 
 
-def _calls(summary: dict, backend: str) -> int:
-    """The fewest backend calls of any dtype of ``backend`` so far (0 before its first round)."""
-    cells = [c["calls"] for c in summary["by_backend_dtype"].values() if c["backend"] == backend]
+def _examples(summary: dict, backend: str) -> int:
+    """The fewest Hypothesis examples of any dtype of ``backend`` so far (0 before its first
+    round)."""
+    cells = [c["examples"] for c in summary["by_backend_dtype"].values() if c["backend"] == backend]
     return min(cells, default=0)
 
 
 def _table(summary: dict) -> str:
-    rows = [("backend", "dtype", "calls", "tests", "failures")]
-    rows += [(c["backend"], c["dtype"], str(c["calls"]), str(c["tests"]), str(c["failures"]))
+    rows = [("backend", "dtype", "examples", "calls", "tests", "failures")]
+    rows += [(c["backend"], c["dtype"], str(c.get("examples", "")), str(c["calls"]), str(c["tests"]),
+              str(c["failures"]))
              for c in sorted(summary["by_backend_dtype"].values(),
                              key=lambda c: (c["backend"], c["dtype"]))]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -161,6 +166,8 @@ def markdown(summary: dict) -> str:
     """The soak's counts as a Markdown table (for docs/generated/soak.md)."""
     cells = sorted(summary["by_backend_dtype"].values(), key=lambda c: (c["backend"], c["dtype"]))
     total = sum(c["calls"] for c in cells)
+    examples = sum(c.get("examples", 0) for c in cells)
+    target = summary.get("target_examples", summary.get("target_calls"))
     streams = summary.get("merged_from", 1)
     started = f" of {summary['started']}" if summary.get("started") else ""
     jobs = summary.get("jobs", 1)
@@ -169,12 +176,15 @@ def markdown(summary: dict) -> str:
              + (f", {jobs} rounds at a time" if jobs > 1 else "") + ", "
              f"{len(summary['rounds'])} rounds of {summary.get('examples_per_test', 100)} "
              f"examples per test, profile {summary['profile']}, shapes "
-             f"{summary.get('shapes', 'free')}, target {summary['target_calls']:,} calls per "
-             f"backend x dtype): **{total:,} backend calls, {len(summary['failures'])} failures**.",
-             "", "| backend | dtype | backend calls | tests run | failures |", "|---|---|---:|---:|---:|"]
-    lines += [f"| {c['backend']} | {c['dtype']} | {c['calls']:,} | {c['tests']:,} | {c['failures']} |"
+             f"{summary.get('shapes', 'free')}, target {target:,} examples per "
+             f"backend x dtype): **{examples:,} Hypothesis examples, {total:,} backend calls, "
+             f"{len(summary['failures'])} failures**.",
+             "", "| backend | dtype | Hypothesis examples | backend calls | tests run | failures |",
+             "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {c['backend']} | {c['dtype']} | {c.get('examples', 0):,} | {c['calls']:,} | "
+              f"{c['tests']:,} | {c['failures']} |"
               for c in cells]
-    short = [c for c in cells if c["calls"] < summary["target_calls"]]
+    short = [c for c in cells if c.get("examples", 0) < target]
     if short:
         lines += ["", f"{len(short)} backend x dtype cells stopped below the target when the time "
                       "budget ran out: " + ", ".join(f"{c['backend']}/{c['dtype']}" for c in short)
@@ -188,7 +198,7 @@ def markdown(summary: dict) -> str:
 
 
 def merge(summaries: list[dict]) -> dict:
-    """One summary from soaks run side by side: calls, tests and failures add up per cell; the
+    """One summary from soaks run side by side: examples, calls, tests and failures add up per cell; the
     elapsed time is the longest (they ran at the same time)."""
     out = {**summaries[0], "merged_from": len(summaries), "rounds": [], "failures": [],
            "by_backend_dtype": {}, "command": [s["command"] for s in summaries],
@@ -199,9 +209,10 @@ def merge(summaries: list[dict]) -> dict:
         out["rounds"] += s["rounds"]
         out["failures"] += s["failures"]
         for key, c in s["by_backend_dtype"].items():
-            cell = out["by_backend_dtype"].setdefault(key, {**c, "calls": 0, "tests": 0, "failures": 0})
-            for field in ("calls", "tests", "failures"):
-                cell[field] += c[field]
+            cell = out["by_backend_dtype"].setdefault(
+                key, {**c, "examples": 0, "calls": 0, "tests": 0, "failures": 0})
+            for field in ("examples", "calls", "tests", "failures"):
+                cell[field] += c.get(field, 0)
     return out
 
 
@@ -218,10 +229,10 @@ def _record(summary: dict, rnd: _Round, remaining: list[str], target: int) -> No
         remaining.remove(name)
         return
     _accumulate(summary, res, rnd.index, name)
-    if not res["interrupted"] and _calls(summary, name) == 0:
+    if not res["interrupted"] and _examples(summary, name) == 0:
         summary.setdefault("unavailable", []).append(name)
         remaining.remove(name)
-    elif _calls(summary, name) >= target:
+    elif _examples(summary, name) >= target:
         remaining.remove(name)
 
 
@@ -239,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + args.seconds
     summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
                "backends": args.backend or "registered", "profile": "certify", "shapes": args.shapes,
-               "seconds_budget": args.seconds, "target_calls": args.examples,
+               "seconds_budget": args.seconds, "target_examples": args.examples,
                "examples_per_test": args.per_test, "jobs": args.jobs, "rounds": [],
                "by_backend_dtype": {}, "failures": [],
                "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -250,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         idle = [b for b in remaining if b not in {r.backend for r in running}]
         while len(running) < args.jobs and idle and time.monotonic() < deadline - 1:
-            name = min(idle, key=lambda b: _calls(summary, b))
+            name = min(idle, key=lambda b: _examples(summary, b))
             idle.remove(name)
             index += 1
             seed = rng.randrange(2 ** 32)
