@@ -130,9 +130,10 @@ def matrix(session: nox.Session) -> None:
 def soak(session: nox.Session) -> None:
     """Run the conformance suite (certify profile) repeatedly on clean backends, one backend and
     one fresh random Hypothesis seed per round, within ``MHASPEC_SOAK_SECONDS`` (default 3600) or
-    until every backend x dtype has made 20,000 backend calls; prints calls and failures per
-    backend x dtype and writes results/soak/summary.json. Arguments after ``--`` go to
-    ``python -m mhaspec.soak`` (e.g. ``--backend numpy-batched --seconds 600 --examples 50000``)."""
+    until every backend x dtype has run 20,000 Hypothesis examples; prints examples, backend calls
+    and failures per backend x dtype and writes results/soak/summary.json. Arguments after ``--``
+    go to ``python -m mhaspec.soak`` (e.g. ``--backend numpy-batched --seconds 600 --examples
+    50000``, or ``--jobs 2 --per-test 250`` for two rounds at a time, 250 examples per test)."""
     install(session, "torch", "jax", "tensorflow")
     session.run("python", "-m", "mhaspec.soak", *session.posargs)
 

@@ -87,6 +87,9 @@ def test_certificate_validates_against_the_schema(certified):
     jsonschema.validate(cert, certificate.schema())
     assert cert["summary"]["verdict"] == "conforms"
     assert cert["hypothesis"]["profile"] == "ci" and cert["hypothesis"]["seed"] == 0
+    # the ci profile runs at most 8 examples per test; the count is of those actually run
+    assert 0 < cert["hypothesis"]["examples"] <= 8 * sum(c["runs"] for c in cert["clauses"])
+    assert cert["hypothesis"]["backend_calls"] > 0
     assert cert["backend"]["ref"] == "minimal_backend:BACKEND"
     verdicts = {c["id"]: c["verdict"] for c in cert["clauses"]}
     assert verdicts["SDPA-1"] == verdicts["HEAD-1"] == "pass"

@@ -97,7 +97,8 @@ def to_markdown(cert: dict) -> str:
              f"| devices | {device_names} |",
              f"| dtypes | {device_dtypes} |",
              f"| hypothesis | profile {hyp['profile']}, seed {hyp['seed']}, "
-             f"{hyp['backend_calls']} backend calls |",
+             + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
+             + f"{hyp['backend_calls']} backend calls |",
              f"| issued | {cert['issued']} |", "",
              "| clause | title | verdict | worst NUM-3 ratio | runs | ran on |",
              "|---|---|---|---|---|---|"]
