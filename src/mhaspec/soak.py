@@ -6,7 +6,11 @@
 Each round is one run of the suite on one backend (``--mhaspec-profile certify``,
 ``--hypothesis-seed=<random>``, ``--mhaspec-examples <per-test>``, ``--mhaspec-report``) in a
 subprocess; the backend with the fewest Hypothesis examples so far goes next, so slow backends get their
-share of the budget, and ``--jobs`` rounds run at once, each on a different backend. Shapes come from
+share of the budget, and ``--jobs`` rounds run at once, each on a different backend. A backend's
+first round runs every dtype at ``--per-test`` examples per test; its later rounds run only the
+dtypes still short of the target, with as many examples per test as that takes (from the
+examples per dtype its earlier rounds made, at most ``--max-per-test``). ``--resume`` continues
+a soak from its ``summary.json``. Shapes come from
 the fixed list of 7 by default (``--shapes menu``: compiled variants then compile 7 shapes, not
 hundreds; values, masks, bias, scales and seeds stay random), or from the free menus of sizes
 (``--shapes free``). Rounds continue until the time budget is spent (``--seconds``, env
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import random
@@ -56,6 +61,12 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="Hypothesis examples per test in each round (default 100, the certify "
                         "profile's); more per round spends less of the budget on start-up and "
                         "compilation")
+    p.add_argument("--max-per-test", type=int, default=None, metavar="N",
+                   help="cap on the examples per test of a backend's later rounds, which are sized "
+                        "from its earlier ones to just reach the target (default 2 x --per-test)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the soak whose summary.json is in --output-dir: its counts, "
+                        "rounds and failures carry on")
     p.add_argument("--jobs", type=int, default=1, metavar="J",
                    help="rounds run at the same time, each on a different backend (default 1)")
     p.add_argument("--dtypes", default=None, metavar="D1,D2", help="only these dtypes")
@@ -78,17 +89,19 @@ def _default_sigint() -> None:
 class _Round:
     """One running round: the suite on one backend in a subprocess."""
 
-    def __init__(self, args, index: int, backend: str, seed: int, extra: list[str]):
+    def __init__(self, args, index: int, backend: str, seed: int, extra: list[str],
+                 per_test: int, dtypes: str | None):
         self.index, self.backend, self.seed = index, backend, seed
+        self.per_test, self.dtypes = per_test, dtypes
         self.report = args.output_dir / f"round-{index:03d}.json"
         self.report.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p",
                "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile",
                "certify", f"--hypothesis-seed={seed}", "--mhaspec-report", str(self.report.resolve()),
-               "--mhaspec-shapes", args.shapes, "--mhaspec-examples", str(args.per_test),
+               "--mhaspec-shapes", args.shapes, "--mhaspec-examples", str(per_test),
                "--backend", backend]
-        if args.dtypes:
-            cmd += ["--mhaspec-dtypes", args.dtypes]
+        if dtypes:
+            cmd += ["--mhaspec-dtypes", dtypes]
         cmd += extra
         # own cwd: the Hypothesis example database of the soak stays under the output directory
         work = args.output_dir / "work"
@@ -119,12 +132,23 @@ class _Round:
     def result(self) -> dict:
         self.log.close()
         results = json.loads(self.report.read_text()) if self.report.exists() else []
-        return {"seed": self.seed, "returncode": self.proc.returncode,
-                "interrupted": self.interrupted, "results": results}
+        return {"seed": self.seed, "returncode": self.proc.returncode, "per_test": self.per_test,
+                "dtypes": self.dtypes, "interrupted": self.interrupted, "results": results}
+
+
+def _rates(results: list[dict], per_test: int) -> dict[str, float]:
+    """Examples per dtype of one round, per unit of examples-per-test (``backend/dtype`` keys)."""
+    examples: dict[str, int] = {}
+    for r in results:
+        key = f"{r['backend']}/{r['dtype']}"
+        examples[key] = examples.get(key, 0) + int(r.get("examples", 0))
+    return {key: n / per_test for key, n in examples.items() if n}
 
 
 def _accumulate(summary: dict, rnd: dict, index: int, backend: str) -> None:
     cells = summary["by_backend_dtype"]
+    if not rnd["interrupted"] and rnd.get("per_test"):
+        summary.setdefault("rates", {}).update(_rates(rnd["results"], rnd["per_test"]))
     for r in rnd["results"]:
         key = f"{r['backend']}/{r['dtype']}"
         cell = cells.setdefault(key, {"backend": r["backend"], "dtype": r["dtype"], "examples": 0,
@@ -140,6 +164,7 @@ def _accumulate(summary: dict, rnd: dict, index: int, backend: str) -> None:
                 "dtype": r["dtype"], "test": r["test"], "clauses": r["clauses"],
                 "outcome": r["outcome"], "message": r.get("message", "")})
     summary["rounds"].append({"round": index, "backend": backend, "seed": rnd["seed"],
+                              "per_test": rnd.get("per_test"), "dtypes": rnd.get("dtypes"),
                               "returncode": rnd["returncode"],
                               "interrupted": rnd["interrupted"], "results": len(rnd["results"])})
 
@@ -174,8 +199,9 @@ def markdown(summary: dict) -> str:
     lines = [f"Soak{started} ({summary['elapsed_s']:.0f} s"
              + (f" in {streams} processes side by side" if streams > 1 else "")
              + (f", {jobs} rounds at a time" if jobs > 1 else "") + ", "
-             f"{len(summary['rounds'])} rounds of {summary.get('examples_per_test', 100)} "
-             f"examples per test, profile {summary['profile']}, shapes "
+             f"{len(summary['rounds'])} rounds, {summary.get('examples_per_test', 100)} "
+             f"examples per test in a backend's first round and later ones sized to reach the "
+             f"target, profile {summary['profile']}, shapes "
              f"{summary.get('shapes', 'free')}, target {target:,} examples per "
              f"backend x dtype): **{examples:,} Hypothesis examples, {total:,} backend calls, "
              f"{len(summary['failures'])} failures**.",
@@ -216,6 +242,20 @@ def merge(summaries: list[dict]) -> dict:
     return out
 
 
+def _plan(summary: dict, backend: str, args) -> tuple[int, str | None]:
+    """Examples per test and dtypes of ``backend``'s next round. The first round runs every dtype
+    at ``--per-test``; later rounds run only the dtypes still short of the target, sized from the
+    examples per dtype that earlier rounds made (10% margin), between 10 and ``--max-per-test``."""
+    cells = [c for c in summary["by_backend_dtype"].values() if c["backend"] == backend]
+    short = [c for c in cells if c["examples"] < args.examples]
+    rates = summary.get("rates", {})
+    if not short or any(f"{backend}/{c['dtype']}" not in rates for c in short):
+        return args.per_test, args.dtypes
+    need = max((args.examples - c["examples"]) / rates[f"{backend}/{c['dtype']}"] for c in short)
+    cap = args.max_per_test or 2 * args.per_test
+    return min(cap, max(10, math.ceil(1.1 * need))), ",".join(sorted(c["dtype"] for c in short))
+
+
 def _record(summary: dict, rnd: _Round, remaining: list[str], target: int) -> None:
     """Add a finished round to the summary; drop its backend from ``remaining`` when it has
     reached the target, wrote no report, or ran nothing (not importable here)."""
@@ -248,15 +288,31 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     start = time.monotonic()
     deadline = start + args.seconds
-    summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
-               "backends": args.backend or "registered", "profile": "certify", "shapes": args.shapes,
-               "seconds_budget": args.seconds, "target_examples": args.examples,
-               "examples_per_test": args.per_test, "jobs": args.jobs, "rounds": [],
-               "by_backend_dtype": {}, "failures": [],
-               "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     out = args.output_dir / "summary.json"
-    index = 0
-    remaining = list(args.backend) or sorted(registered_backends())
+    if args.resume and out.exists():
+        summary = json.loads(out.read_text("utf-8"))
+        summary.setdefault("resumed", []).append(
+            {"at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": sys.argv[1:]})
+        start -= summary.get("elapsed_s", 0.0)  # elapsed time carries on
+        deadline = time.monotonic() + args.seconds
+        for rnd in summary["rounds"]:  # rates of rounds recorded before rates were kept
+            report = args.output_dir / f"round-{rnd['round']:03d}.json"
+            if not rnd.get("interrupted") and report.exists():
+                per_test = rnd.get("per_test") or summary.get("examples_per_test", 100)
+                rates = _rates(json.loads(report.read_text("utf-8")), per_test)
+                summary.setdefault("rates", {}).update({k: v for k, v in rates.items()
+                                                        if k not in summary["rates"]})
+    else:
+        summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
+                   "backends": args.backend or "registered", "profile": "certify",
+                   "shapes": args.shapes, "seconds_budget": args.seconds,
+                   "target_examples": args.examples, "examples_per_test": args.per_test,
+                   "jobs": args.jobs, "rounds": [],
+                   "by_backend_dtype": {}, "failures": [],
+                   "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    index = max((r["round"] for r in summary["rounds"]), default=0)
+    remaining = [b for b in (list(args.backend) or sorted(registered_backends()))
+                 if b not in summary.get("unavailable", []) and _examples(summary, b) < args.examples]
     running: list[_Round] = []
     while True:
         idle = [b for b in remaining if b not in {r.backend for r in running}]
@@ -265,8 +321,10 @@ def main(argv: list[str] | None = None) -> int:
             idle.remove(name)
             index += 1
             seed = rng.randrange(2 ** 32)
-            print(f"soak round {index}: {name} --hypothesis-seed={seed}", flush=True)
-            running.append(_Round(args, index, name, seed, extra))
+            per_test, dtypes = _plan(summary, name, args)
+            print(f"soak round {index}: {name} --hypothesis-seed={seed} --mhaspec-examples "
+                  f"{per_test}" + (f" --mhaspec-dtypes {dtypes}" if dtypes else ""), flush=True)
+            running.append(_Round(args, index, name, seed, extra, per_test, dtypes))
         if not running:
             break
         try:
