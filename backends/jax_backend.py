@@ -9,6 +9,7 @@ import functools
 
 import numpy as np
 
+from . import _jax_compile_budget
 from ._base import CAPABILITIES
 from ._generic import ArrayBackend
 
@@ -121,6 +122,7 @@ class JitJaxBackend(JaxBackend):
     def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
         if self._sdpa_jit is None:
             self._sdpa_jit = _jax().jit(super()._sdpa, static_argnums=(7,))
+        _jax_compile_budget.tick(_jax())
         full = (*self._shape(q)[:3], self._shape(k)[2])
         mask, bias, legacy_mask = self._canonical_masks(q, full, mask, bias, legacy_mask,
                                                         key_padding_mask, causal)
@@ -130,6 +132,7 @@ class JitJaxBackend(JaxBackend):
              causal, scale, num_kv_heads=None):
         if self._mha_jit is None:
             self._mha_jit = _jax().jit(super()._mha, static_argnums=(4, 9, 11))
+        _jax_compile_budget.tick(_jax())
         full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
         mask, bias, legacy_mask = self._canonical_masks(query, full, mask, bias, legacy_mask,
                                                         key_padding_mask, causal)

@@ -28,6 +28,7 @@ whatever the input dtype, so float64 results have float32 accuracy (declared aga
 
 from __future__ import annotations
 
+from . import _jax_compile_budget
 from ._native_common import NativeMixin
 from .jax_backend import JaxBackend, _jax, _jnp
 
@@ -120,6 +121,7 @@ class JitJaxDPA(JaxDPA):
     def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
         if self._jitted is None:
             self._jitted = _jax().jit(self._native_sdpa, static_argnums=(7, 8))
+        _jax_compile_budget.tick(_jax())
         return self._jitted(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal,
                             scale), None
 
