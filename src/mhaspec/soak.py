@@ -220,6 +220,9 @@ def markdown(summary: dict) -> str:
     for f in summary["failures"]:
         lines += [f"- round {f['round']}, seed {f['seed']}: {f['backend']} {f['dtype']} "
                   f"`{f['test']}` ({', '.join(f['clauses'])})"]
+    if summary.get("errors"):
+        lines += ["", "Rounds that ended without a report (crashes):", ""]
+        lines += [f"- {e}" for e in summary["errors"]]
     return "\n".join(lines) + "\n"
 
 
@@ -231,6 +234,7 @@ def merge(summaries: list[dict]) -> dict:
            "backends": sorted({b for s in summaries for b in
                                (s["backends"] if isinstance(s["backends"], list) else [s["backends"]])}),
            "elapsed_s": max(s.get("elapsed_s", 0.0) for s in summaries)}
+    out["errors"] = [e for s in summaries for e in s.get("errors", [])]
     for s in summaries:
         out["rounds"] += s["rounds"]
         out["failures"] += s["failures"]
