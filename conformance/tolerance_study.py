@@ -1,6 +1,6 @@
 """Plot measured errors against the NUM-3 reference, per dtype (``docs/generated/tolerance.png``).
 
-    python -m mhaspec.conformance.tolerance_study [--cases N] [--backend NAME ...] [--out PNG]
+    python -m mhaspec.conformance.tolerance_study [--cases N] [--backend NAME ...] [--device D] [--out PNG]
 
 For random cases (masks, causal, bias, logit spreads 0.1-100) every backend's scaled dot-product
 attention output is compared with the float64 oracle; each point is one case: x = the naive
@@ -21,7 +21,7 @@ from . import harness, tolerance
 from .strategies import case_specs
 
 
-def measure(backends: list[str], cases: int) -> dict:
+def measure(backends: list[str], cases: int, device: str = "cpu") -> dict:
     specs = []
 
     @settings(max_examples=cases, database=None, derandomize=True, deadline=None,
@@ -34,8 +34,11 @@ def measure(backends: list[str], cases: int) -> dict:
     points: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for name in backends:
         backend = load_backend(name)
-        for dtype in backend.dtypes("cpu"):
-            impl = harness.Impl(backend, "cpu", dtype)
+        unavailable = backend.devices().get(device, f"no device {device!r}")
+        if unavailable is not None:
+            raise SystemExit(f"{name}: {device} unavailable: {unavailable}")
+        for dtype in backend.dtypes(device):
+            impl = harness.Impl(backend, device, dtype)
             for spec in specs:
                 case = impl.case(spec, "sdpa")
                 got = impl.sdpa(case)
@@ -81,10 +84,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=40)
     ap.add_argument("--backend", action="append", default=None)
+    ap.add_argument("--device", default="cpu", help="device to run the backends on (cpu, cuda)")
     ap.add_argument("--out", default="docs/generated/tolerance.png")
     args = ap.parse_args(argv)
     points = measure(args.backend or ["numpy-batched", "torch-batched", "jax-batched",
-                                      "tf-batched"], args.cases)
+                                      "tf-batched"], args.cases, args.device)
     plot(points, args.out)
     for (name, dtype), pts in sorted(points.items()):
         ratios = [e / r if r > 0 else 0.0 for r, e in pts]

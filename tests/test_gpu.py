@@ -1,0 +1,51 @@
+"""On a CUDA device: the clean GPU backends conform in float32, and float32 computed on TF32 tensor
+cores is rejected (NUM-2) whether a backend switches TF32 on silently (torch) or inherits JAX's
+default matmul precision. Skipped, with the reason, where no GPU is visible to the framework."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite_runner import run_suite
+
+
+def _cuda_torch() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not importable")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+
+
+def _cuda_jax() -> None:
+    jax = pytest.importorskip("jax", reason="jax is not importable")
+    if not any(d.platform in ("gpu", "cuda") for d in jax.devices()):
+        pytest.skip("no GPU device visible to jax")
+
+
+#: framework check, clean backend, the same backend computing float32 in TF32
+CASES = {
+    "torch": (_cuda_torch, "torch-batched", "gpu_backends:SILENT_TF32", "broken-silent-tf32"),
+    "jax": (_cuda_jax, "jax-batched", "gpu_backends:JAX_DEFAULT_PRECISION",
+            "broken-jax-default-precision"),
+}
+
+
+def _outcomes(results: list[dict], backend: str) -> dict[str, set[str]]:
+    by_clause: dict[str, set[str]] = {}
+    for r in results:
+        if r["backend"] == backend and r["device"] == "cuda":
+            for clause in r["clauses"]:
+                by_clause.setdefault(clause, set()).add(r["outcome"])
+    return by_clause
+
+
+@pytest.mark.parametrize("framework", sorted(CASES))
+def test_tf32_float32_is_rejected_on_cuda_and_the_clean_backend_passes(tmp_path, framework):
+    require_gpu, clean, broken_ref, broken = CASES[framework]
+    require_gpu()
+    results = run_suite(tmp_path, [clean, broken_ref], "--mhaspec-dtypes", "float32", "-k", "cuda")
+    clean_outcomes = _outcomes(results, clean)
+    assert clean_outcomes, f"{clean} ran no test on cuda"
+    bad = {c: o for c, o in clean_outcomes.items() if o - {"pass", "deviation", "not-implemented"}}
+    assert not bad, f"{clean} on cuda float32 should pass, got {bad}"
+    failed = {c for c, o in _outcomes(results, broken).items() if "fail" in o}
+    assert "NUM-2" in failed, f"{broken} (float32 in TF32) should fail NUM-2; failed {sorted(failed)}"
