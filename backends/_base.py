@@ -86,6 +86,12 @@ class Backend:
         """Dtype names supported on ``device``; float64 and float32 are required (NUM-1)."""
         return ("float64", "float32")
 
+    def deviations_on(self, device: str, dtype: str) -> Mapping[str, str]:
+        """The declared deviations that hold on ``device`` in ``dtype`` (optional; default: all of
+        :attr:`deviations`). For a kernel that deviates on some devices or dtypes only: the suite
+        expects the rest to pass, so a declaration cannot hide a conforming cell."""
+        return self.deviations
+
     def precision_flags(self, device: str) -> dict[str, Any]:
         """Flags that affect float32 accuracy (e.g. TF32 state) for the certificate."""
         return {}

@@ -16,13 +16,14 @@ before anything reaches JAX, then converted:
 * ``bias`` and ``legacy_mask * -1e9`` are added into ``bias`` (rank 4, in the inputs' dtype);
 * causal top-left, and bottom-right when ``L_q == L_k``, use ``is_causal=True`` (JAX's flag is
   top-left); bottom-right with ``L_q != L_k`` is an explicit boolean mask;
-* matmuls run under ``jax.default_matmul_precision("highest")`` (NUM-2);
+* float32 matmuls run under ``jax.default_matmul_precision("highest")`` (NUM-2: no TF32 on GPUs);
+  float16 and bfloat16 ones at the default precision (the op accumulates them in float32);
 * the op returns no attention weights: ``None``, and "weights" is not claimed.
 
-Observed with jax 0.10 (XLA, CPU): a row whose keys are all excluded by ``mask`` / causal / key
-padding gets the *mean of V* (masked logits are set to the dtype's lowest finite value, so the row's
-softmax is uniform); a row excluded by ``-inf`` in ``bias`` gets NaN. Both are declared against
-MASK-9, and the difference between them against MASK-11. The op evaluates the softmax in float32
+Observed with jax 0.10 (XLA, CPU) and jax 0.11.2 (CUDA, H200): a row whose keys are all excluded
+by ``mask`` / causal / key padding gets the *mean of V* (masked logits are set to the dtype's lowest
+finite value, so the row's softmax is uniform); a row excluded by ``-inf`` in ``bias`` gets NaN.
+Both are declared against MASK-9, and the difference between them against MASK-11. The op evaluates the softmax in float32
 whatever the input dtype, so float64 results have float32 accuracy (declared against NUM-3).
 """
 
@@ -90,7 +91,10 @@ class JaxDPA(NativeMixin, JaxBackend):
             pad = width - x.shape[3]
             return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, pad))) if pad else x
 
-        with jax.default_matmul_precision("highest"):
+        # "highest" keeps float32 off TF32 on GPUs (NUM-2); float16 and bfloat16 have no TF32 to
+        # avoid, and the op accumulates them in float32 at the default precision
+        precision = "highest" if q.dtype == jnp.float32 else None
+        with jax.default_matmul_precision(precision):
             out = jax.nn.dot_product_attention(btnh(q), btnh(k), btnh(v), bias=additive,
                                                mask=allowed, scale=scale, is_causal=is_causal,
                                                implementation="xla")
@@ -112,11 +116,13 @@ class JitJaxDPA(JaxDPA):
         self._jitted = None
 
     def dtypes(self, device: str) -> tuple[str, ...]:
-        # Under jit the op's float16 and bfloat16 dots (F16_F16_F32, BF16_BF16_F32) fail to compile
-        # on CPU ("Algorithm not supported by the ElementalIrEmitter"); eager calls fall back.
+        # Under jit the op's float16 dots (F16_F16_F32) fail to compile on CPU ("not supported by
+        # dot_general on CPU") and on CUDA ("Unsupported dot precision algorithm: 4"; H200, jax
+        # 0.11.2, at the default and the highest matmul precision); its bfloat16 dots fail on CPU
+        # ("not supported by the ElementalIrEmitter"). Eager calls fall back.
         if device == "cpu":
             return ("float32",)
-        return super().dtypes(device)
+        return ("float32", "bfloat16")
 
     def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
         if self._jitted is None:

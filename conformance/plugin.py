@@ -116,6 +116,12 @@ def _backends(config: pytest.Config) -> list:
     return loaded
 
 
+def _deviations(backend, device: str, dtype: str):
+    """The backend's declared deviations for one cell (``deviations_on`` is optional)."""
+    on = getattr(backend, "deviations_on", None)
+    return on(device, dtype) if on is not None else backend.deviations
+
+
 def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
     clauses = [c for m in metafunc.definition.iter_markers("clause") for c in m.args]
     needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
@@ -126,10 +132,11 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
     params = []
     for backend in backends:
         missing = sorted(needs - set(backend.capabilities))
-        declared = [c for c in clauses if c in backend.deviations]
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
+                deviations = _deviations(backend, device, dtype)
+                declared = [c for c in clauses if c in deviations]
                 if (only and dtype not in only) or (chosen and dtype not in chosen):
                     continue
                 marks = []
@@ -141,7 +148,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
                 elif declared:
                     marks.append(pytest.mark.xfail(
                         strict=True, reason="declared deviation: " + "; ".join(
-                            f"{c}: {backend.deviations[c]}" for c in declared)))
+                            f"{c}: {deviations[c]}" for c in declared)))
                 impl = harness.Impl(backend, device, dtype)
                 if op is None:
                     params.append(pytest.param(impl, id=impl.id, marks=marks))

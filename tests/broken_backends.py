@@ -84,6 +84,16 @@ class StaleDeviation(_Broken):
     deviations = {"MASK-9": "fully masked rows give NaN (not true: this backend gives 0)"}
 
 
+class StaleDeviationInFloat32(_Broken):
+    """Correct, but declares the same deviation in float32 only (``deviations_on``): stale there,
+    while float64 must pass MASK-9 as usual."""
+
+    deviations = StaleDeviation.deviations
+
+    def deviations_on(self, device, dtype):
+        return dict(self.deviations) if dtype == "float32" else {}
+
+
 def _round_mantissa(x, bits: int):
     """``x`` rounded to ``bits`` explicit mantissa bits (round to nearest), in ``x``'s dtype."""
     m, e = np.frexp(x)
@@ -456,6 +466,7 @@ FLOAT32_ONLY = Float32Only("broken-float32-only")
 LEGACY_OFFSET_MINUS_2E9 = LegacyOffsetMinus2e9("broken-legacy-minus-2e9")
 FUSED_PROJECTION_WHEN_KEY_IS_VALUE = FusedProjectionWhenKeyIsValue("broken-fused-kv-alias")
 STALE_DEVIATION = StaleDeviation("stale-deviation")
+STALE_DEVIATION_IN_FLOAT32 = StaleDeviationInFloat32("stale-deviation-float32")
 
 #: attribute -> (backend name, clauses of which at least one must be reported failing)
 EXPECTED = {

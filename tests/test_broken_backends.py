@@ -22,7 +22,7 @@ def _expected_outcomes(clause: str) -> set[str]:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> list[dict]:
     refs = [*CLEAN, *(f"broken_backends:{attr}" for attr in broken_backends.EXPECTED),
-            "broken_backends:STALE_DEVIATION"]
+            "broken_backends:STALE_DEVIATION", "broken_backends:STALE_DEVIATION_IN_FLOAT32"]
     return run_suite(tmp_path_factory.mktemp("suite"), refs)
 
 
@@ -62,3 +62,11 @@ def test_declared_deviation_that_does_not_deviate_is_reported_stale(results):
     outcomes = _outcomes(results, "stale-deviation")
     assert outcomes["MASK-9"] == {"stale-deviation"}
     assert all(o <= _expected_outcomes(c) for c, o in outcomes.items() if c != "MASK-9")
+
+
+def test_a_deviation_declared_for_some_cells_applies_to_those_cells_only(results):
+    by_dtype = {"float64": set(), "float32": set()}
+    for r in results:
+        if r["backend"] == "stale-deviation-float32" and "MASK-9" in r["clauses"]:
+            by_dtype[r["dtype"]].add(r["outcome"])
+    assert by_dtype == {"float64": {"pass"}, "float32": {"stale-deviation"}}
