@@ -2,13 +2,15 @@
 
 One helper (:func:`install`) installs the project with the frameworks a session needs. PyTorch is
 installed as the CPU build (``MHASPEC_TORCH``, default ``torch==2.13.0``): an unpinned ``torch`` on
-PyPI is a multi-GB CUDA build.
+PyPI is a multi-GB CUDA build. ``MHASPEC_TORCH`` and ``MHASPEC_JAX`` are pip arguments (split like
+a shell), e.g. a CUDA build for the GPU cells: ``MHASPEC_JAX="jax[cuda13]"``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 
 import nox
 
@@ -17,14 +19,17 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "conformance"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
-TORCH = os.environ.get("MHASPEC_TORCH", "torch==2.13.0")
+TORCH = shlex.split(os.environ.get("MHASPEC_TORCH", "torch==2.13.0"))
+JAX = shlex.split(os.environ.get("MHASPEC_JAX", ""))  # empty: the "jax" extra's plain jax
 FRAMEWORKS = ("torch", "jax", "tensorflow")
 
 
 def install(session: nox.Session, *extras: str, groups: tuple[str, ...] = ("test",)) -> None:
     """Install mhaspec (editable) with ``extras`` and the dependency ``groups``."""
     if "torch" in extras:
-        session.install(TORCH)
+        session.install(*TORCH)
+    if "jax" in extras and JAX:
+        session.install(*JAX)
     for group in groups:
         session.install(*nox.project.dependency_groups(PYPROJECT, group))
     spec = f".[{','.join(extras)}]" if extras else "."
