@@ -135,13 +135,23 @@ def logit_condition(weights: np.ndarray, logits: np.ndarray) -> float:
 
 
 def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
-              causal=None, scale=None, precision: str = "float64", info: dict | None = None):
+              causal=None, scale=None, precision: str = "float64", info: dict | None = None,
+              **features):
     """Scaled dot-product attention (SDPA-1..4, MASK-1..9).
 
     q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
     -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k)), both in the working precision's dtype.
     ``info``, when given, receives ``logit_condition`` (the largest over heads, see NUM-3).
+
+    ``features`` are the keyword arguments of spec 1.2 (:data:`FEATURES`: grouped k/v heads,
+    ``softcap``, ``window``, ``alignment``, ``alibi_slopes``, segment ids and sequence lengths,
+    ``past_key``/``past_value``/``past_lengths``); :func:`attention_result` documents them and
+    also returns the log-sum-exp and the present cache. A call without them is the 1.1 oracle.
     """
+    if features or np.shape(k)[1] != np.shape(q)[1]:
+        return attention_result(q, k, v, mask=mask, bias=bias, legacy_mask=legacy_mask,
+                                key_padding_mask=key_padding_mask, causal=causal, scale=scale,
+                                precision=precision, info=info, **features)[:2]
     ar = _Arith(precision)
     q, k, v = ar.cast(q), ar.cast(k), ar.cast(v)
     b, h, l_q, d_k = q.shape
@@ -241,3 +251,382 @@ def _head_slice(m, i: int):
     m = np.asarray(m)
     m = m.reshape((1,) * (4 - m.ndim) + m.shape)
     return m[:, i:i + 1] if m.shape[1] > 1 else m
+
+
+# ---------------------------------------------------------------- spec 1.2 features
+#
+# Draft clauses: spec/drafts/1.2-features.toml. Extra axis legend: g key/value heads (g divides h),
+# L_past cached keys, L_K = L_past + L_k keys after the cache (L_K = L_k without one).
+
+#: The keyword arguments of spec 1.2 accepted by :func:`attention` and :func:`attention_result`.
+FEATURES = ("softcap", "window", "alignment", "alibi_slopes", "q_segment_ids", "kv_segment_ids",
+            "query_seq_lengths", "key_value_seq_lengths", "past_key", "past_value", "past_lengths")
+
+
+class AttentionResult(NamedTuple):
+    """Everything :func:`attention_result` computes (the working precision's dtype).
+
+    output (B, h, L_q, d_v); weights (B, h, L_q, L_K); lse (B, h, L_q), -inf for a fully masked row
+    (LSE-1); present_key (B, g, L_K, d_k), present_value (B, g, L_K, d_v) and present_lengths (B,)
+    (CACHE-1), all three None without a cache.
+    """
+
+    output: np.ndarray
+    weights: np.ndarray
+    lse: np.ndarray
+    present_key: np.ndarray | None
+    present_value: np.ndarray | None
+    present_lengths: np.ndarray | None
+
+
+class TokenPositions(NamedTuple):
+    """Where every token sits (SEG-3, CACHE-2): same_segment (B, L_q, L_K) bool, True where query i
+    and key j are valid tokens of one segment; query_pos (B, L_q) and key_pos (B, L_K), the integer
+    positions that causal masks, windows and ALiBi compare (the diagonal is query_pos == key_pos)."""
+
+    same_segment: np.ndarray
+    query_pos: np.ndarray
+    key_pos: np.ndarray
+
+
+def _fail(argument: str, message: str):
+    raise ValueError(f"{argument}: {message}")
+
+
+def _int_array(x, argument: str, shape: tuple[int, ...]) -> np.ndarray:
+    """x as an int64 array of exactly ``shape``; a ValueError naming ``argument`` otherwise."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iu":
+        _fail(argument, f"must be an integer array, got dtype {arr.dtype}")
+    if arr.shape != shape:
+        _fail(argument, f"must have shape {shape}, got {arr.shape}")
+    return arr.astype(np.int64)
+
+
+def _lengths(x, argument: str, b: int, upper: int) -> np.ndarray | None:
+    """Per-batch lengths (B,) with 0 <= length <= upper (SEG-2, CACHE-1)."""
+    if x is None:
+        return None
+    arr = _int_array(x, argument, (b,))
+    if np.any(arr < 0) or np.any(arr > upper):
+        _fail(argument, f"lengths must lie in [0, {upper}], got {arr.tolist()}")
+    return arr
+
+
+def _check_softcap(softcap) -> float | None:
+    """SOFTCAP-1 / ERR-12: None or a positive finite number."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.number)):
+        _fail("softcap", f"must be a positive finite number, got {softcap!r}")
+    if not (math.isfinite(float(softcap)) and float(softcap) > 0):
+        _fail("softcap", f"must be a positive finite number, got {softcap!r}")
+    return float(softcap)
+
+
+def _check_window(window) -> tuple[int | None, int | None] | None:
+    """WIN-1 / ERR-13: None or a pair (left, right) of non-negative integers or None."""
+    if window is None:
+        return None
+    if not isinstance(window, (tuple, list)) or len(window) != 2:
+        _fail("window", f"must be a pair (left, right), got {window!r}")
+    for side in window:
+        if side is None:
+            continue
+        if isinstance(side, (bool, np.bool_)) or not isinstance(side, (int, np.integer)) or side < 0:
+            _fail("window", f"each side must be None or a non-negative integer, got {window!r}")
+    return tuple(None if s is None else int(s) for s in window)
+
+
+def _check_alibi(alibi_slopes, b: int, h: int) -> np.ndarray | None:
+    """ALIBI-1 / ERR-14: slopes (h,) or (B, h), finite floats -> (B, h) float64."""
+    if alibi_slopes is None:
+        return None
+    m = np.asarray(alibi_slopes)
+    if m.dtype.kind not in "fiu" or m.shape not in ((h,), (b, h)):
+        _fail("alibi_slopes", f"must be a real array of shape ({h},) or ({b}, {h}) for h={h} "
+              f"query heads, got shape {m.shape} and dtype {m.dtype}")
+    m = m.astype(np.float64)
+    if not np.all(np.isfinite(m)):
+        _fail("alibi_slopes", "must be finite")
+    return np.broadcast_to(m, (b, h))
+
+
+def _resolve_alignment(causal, alignment, *, needs_diagonal: bool, cached: bool) -> str | None:
+    """The alignment of every diagonal of the call (WIN-1, ALIBI-1, CACHE-2)."""
+    if alignment is not None and alignment not in CAUSAL_ALIGNMENTS:
+        _fail("alignment", f"must be None, 'top_left' or 'bottom_right', got {alignment!r}")
+    if causal is not None and alignment is not None and causal != alignment:
+        _fail("alignment", f"{alignment!r} contradicts causal={causal!r}")
+    diagonal = causal if causal is not None else alignment
+    if cached:
+        if diagonal == "top_left":
+            _fail("causal" if causal is not None else "alignment",
+                  "a KV cache places query i at position past_length + i (CACHE-2): "
+                  "'top_left' is an error with past_key; use 'bottom_right' or None")
+        return "bottom_right"
+    if needs_diagonal and diagonal is None:
+        _fail("alignment", "window and alibi_slopes need a diagonal: pass causal or alignment "
+              "('top_left' or 'bottom_right'); there is no default")
+    return diagonal
+
+
+def _rank_in_segment(ids: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """ids, valid (L,) -> rank (L,): how many earlier valid tokens share the token's id."""
+    rank = np.zeros(ids.shape, dtype=np.int64)
+    for i in range(ids.shape[0]):
+        rank[i] = np.count_nonzero(valid[:i] & (ids[:i] == ids[i]))
+    return rank
+
+
+def token_positions(b: int, l_q: int, l_k: int, *, alignment: str | None = None,
+                    q_segment_ids=None, kv_segment_ids=None, query_seq_lengths=None,
+                    key_value_seq_lengths=None) -> TokenPositions:
+    """Segments and positions without a cache (SEG-1..3), inputs already checked.
+
+    A token's segment is its id (all 0 without ids); a query i >= query_seq_lengths[b] or a key
+    j >= key_value_seq_lengths[b] belongs to no segment. Positions count within the segment: the
+    rank r of a token among the valid tokens of its segment in its row. With n_q(s), n_k(s) the
+    segment's query and key counts, query_pos = r_q + (0 for top_left, n_k(s) - n_q(s) for
+    bottom_right) and key_pos = r_k. Without ids and lengths this is MASK-6/7's i + offset and j.
+    """
+    q_ids = np.zeros((b, l_q), np.int64) if q_segment_ids is None else q_segment_ids
+    k_ids = np.zeros((b, l_k), np.int64) if kv_segment_ids is None else kv_segment_ids
+    q_valid = np.ones((b, l_q), bool) if query_seq_lengths is None else \
+        np.arange(l_q)[None, :] < np.asarray(query_seq_lengths)[:, None]
+    k_valid = np.ones((b, l_k), bool) if key_value_seq_lengths is None else \
+        np.arange(l_k)[None, :] < np.asarray(key_value_seq_lengths)[:, None]
+    same = (q_ids[:, :, None] == k_ids[:, None, :]) & q_valid[:, :, None] & k_valid[:, None, :]
+    query_pos = np.zeros((b, l_q), np.int64)
+    key_pos = np.zeros((b, l_k), np.int64)
+    for bi in range(b):
+        query_pos[bi] = _rank_in_segment(q_ids[bi], q_valid[bi])
+        key_pos[bi] = _rank_in_segment(k_ids[bi], k_valid[bi])
+        if alignment == "bottom_right":
+            for i in range(l_q):
+                s = q_ids[bi, i]
+                n_q = np.count_nonzero(q_valid[bi] & (q_ids[bi] == s))
+                n_k = np.count_nonzero(k_valid[bi] & (k_ids[bi] == s))
+                query_pos[bi, i] += n_k - n_q
+    return TokenPositions(same, query_pos, key_pos)
+
+
+def cache_positions(past_lengths, l_past: int, l_q: int, l_k: int) -> TokenPositions:
+    """Positions with a KV cache (CACHE-1, CACHE-2): query i of batch item b sits at
+    past_lengths[b] + i, present key j at j; present keys j >= past_lengths[b] + L_k are padding."""
+    past_lengths = np.asarray(past_lengths, dtype=np.int64)
+    b = past_lengths.shape[0]
+    l_all = l_past + l_k
+    key_pos = np.broadcast_to(np.arange(l_all), (b, l_all))
+    valid = key_pos < (past_lengths + l_k)[:, None]
+    same = np.broadcast_to(valid[:, None, :], (b, l_q, l_all))
+    return TokenPositions(same, past_lengths[:, None] + np.arange(l_q)[None, :], key_pos)
+
+
+def alibi_bias(slopes, positions: TokenPositions) -> np.ndarray:
+    """ALIBI-1: slopes (B, h) -> bias (B, h, L_q, L_K) = -m_h |query_pos_i - key_pos_j|."""
+    dist = np.abs(positions.query_pos[:, :, None] - positions.key_pos[:, None, :])
+    return -np.asarray(slopes, np.float64)[:, :, None, None] * dist[:, None]
+
+
+def structural_allowed(positions: TokenPositions, *, causal: bool, window) -> np.ndarray:
+    """(B, L_q, L_K) bool: segments AND causal AND window, all on positions (SEG-1, WIN-1)."""
+    qp = positions.query_pos[:, :, None]
+    kp = positions.key_pos[:, None, :]
+    allowed = positions.same_segment.copy()
+    if causal:
+        allowed &= kp <= qp
+    if window is not None:
+        left, right = window
+        if left is not None:
+            allowed &= kp >= qp - left
+        if right is not None:
+            allowed &= kp <= qp + right
+    return allowed
+
+
+def _present(past, new, past_lengths) -> np.ndarray:
+    """CACHE-1: (B, g, L_past, d), (B, g, L_k, d) -> (B, g, L_past + L_k, d): the valid past,
+    then the new entries, then zeros."""
+    b, g, l_past, d = past.shape
+    out = np.zeros((b, g, l_past + new.shape[2], d), dtype=np.result_type(past, new))
+    for bi in range(b):
+        p = int(past_lengths[bi])
+        out[bi, :, :p] = past[bi, :, :p]
+        out[bi, :, p:p + new.shape[2]] = new[bi]
+    return out
+
+
+def _check_cache(past_key, past_value, past_lengths, k, v):
+    """CACHE-1 / ERR-16 -> (past_key, past_value, past_lengths (B,)) or (None, None, None)."""
+    if past_key is None and past_value is None:
+        if past_lengths is not None:
+            _fail("past_lengths", "given without past_key and past_value")
+        return None, None, None
+    if past_key is None or past_value is None:
+        _fail("past_key" if past_key is None else "past_value",
+              "past_key and past_value go together")
+    pk, pv = np.asarray(past_key), np.asarray(past_value)
+    for name, cache, new in (("past_key", pk, k), ("past_value", pv, v)):
+        if cache.ndim != 4:
+            _fail(name, f"must be (B, g, L_past, d), got shape {cache.shape}")
+        what = ("batch", "head", None, "width")
+        for axis in (0, 1, 3):
+            if cache.shape[axis] != new.shape[axis]:
+                _fail(name, f"{what[axis]} axis {cache.shape[axis]} does not match "
+                      f"{'k' if name == 'past_key' else 'v'}'s {new.shape[axis]} "
+                      f"(cache {cache.shape}, new {new.shape})")
+    if pk.shape[2] != pv.shape[2]:
+        _fail("past_value", f"length {pv.shape[2]} differs from past_key's {pk.shape[2]}")
+    l_past = pk.shape[2]
+    lengths = _lengths(past_lengths, "past_lengths", pk.shape[0], l_past)
+    return pk, pv, np.full(pk.shape[0], l_past, np.int64) if lengths is None else lengths
+
+
+def _check_segments(q_segment_ids, kv_segment_ids, b, l_q, l_k):
+    """SEG-1 / ERR-15: both or neither, integer, (B, L_q) and (B, L_k)."""
+    if (q_segment_ids is None) != (kv_segment_ids is None):
+        _fail("q_segment_ids" if q_segment_ids is None else "kv_segment_ids",
+              "q_segment_ids and kv_segment_ids go together")
+    if q_segment_ids is None:
+        return None, None
+    return (_int_array(q_segment_ids, "q_segment_ids", (b, l_q)),
+            _int_array(kv_segment_ids, "kv_segment_ids", (b, l_k)))
+
+
+def _row_logsumexp(logits: np.ndarray, allowed: np.ndarray, ar: _Arith) -> np.ndarray:
+    """LSE-1: log sum_j exp(S_ij) over the allowed set of each row; -inf for an empty row."""
+    allowed = allowed & (logits != -np.inf)
+    lse = np.full(logits.shape[0], -np.inf, dtype=ar.dtype)
+    for row in range(logits.shape[0]):
+        keep = allowed[row]
+        if keep.any():
+            m = ar.rnd(np.max(logits[row, keep]))
+            lse[row] = ar.rnd(m + ar.rnd(np.log(ar.rnd(np.sum(ar.rnd(np.exp(ar.rnd(logits[row, keep] - m))))))))
+    return lse
+
+
+def _capped_head(q, k, v, allowed, additive, scale, softcap, ar: _Arith):
+    """One head with soft-capping (SOFTCAP-1): S = c tanh(s q k^T / c) + additive terms.
+    q (L_q, d_k), k (L_K, d_k), v (L_K, d_v) -> (out, weights, logits, lse)."""
+    logits = ar.rnd(ar.matmul(q, k.T) * ar.dtype(scale))
+    if softcap is not None:
+        c = ar.dtype(softcap)
+        logits = ar.rnd(c * ar.rnd(np.tanh(ar.rnd(logits / c))))
+    for term in additive:
+        logits = ar.rnd(logits + term)
+    weights = _softmax_rows(logits, allowed, ar)
+    return ar.matmul(weights, v), weights, logits, _row_logsumexp(logits, allowed, ar)
+
+
+def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
+                     causal=None, scale=None, precision: str = "float64", info: dict | None = None,
+                     softcap=None, window=None, alignment=None, alibi_slopes=None,
+                     q_segment_ids=None, kv_segment_ids=None, query_seq_lengths=None,
+                     key_value_seq_lengths=None, past_key=None, past_value=None,
+                     past_lengths=None) -> AttentionResult:
+    """Scaled dot-product attention with the features of spec 1.2 (draft clauses in brackets).
+
+    q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> :class:`AttentionResult`.
+    Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
+    keys, L_K = L_past + L_k keys attended (L_k without a cache), d_k / d_v per-head widths.
+
+    Per head, with every step in the working precision::
+
+        S = c tanh(s q k^T / c) + bias + legacy_mask * -1e9 + alibi      (SOFTCAP-1, ALIBI-1)
+        allowed = mask AND key_padding_mask AND segments AND causal AND window
+        P = softmax over the allowed set (MASK-9: an empty row is 0), output = P v,
+        lse = log sum_{allowed} exp(S) (-inf for an empty row)           (LSE-1)
+
+    - grouped heads (SDPA-8): g divides h; query head i uses key/value head ``i // (h // g)``.
+    - ``softcap`` c > 0 (SOFTCAP-1): applied after the scale and before bias and masks.
+    - ``window=(left, right)`` (WIN-1), either side None = unbounded: key j is visible to query i
+      iff ``query_pos - left <= key_pos <= query_pos + right``.
+    - ``alignment``: the diagonal of window and ALiBi when ``causal`` is None (WIN-1); it must
+      equal ``causal`` when both are given. Positions: :func:`token_positions`.
+    - ``alibi_slopes`` (h,) or (B, h) (ALIBI-1): adds ``-m_h |query_pos - key_pos|``.
+    - ``q_segment_ids`` (B, L_q), ``kv_segment_ids`` (B, L_k) integers (SEG-1): attend only where
+      equal; ``query_seq_lengths``, ``key_value_seq_lengths`` (B,) (SEG-2): tokens at or past the
+      length belong to no segment. Causal, window and ALiBi count positions within the segment
+      (SEG-3).
+    - ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v), ``past_lengths`` (B,)
+      (default L_past) (CACHE-1, CACHE-2): the present cache is the valid past, the new k / v and
+      zero padding; query i sits at position ``past_lengths[b] + i``, so causal (which must be
+      None or "bottom_right") allows present key j iff ``j <= past_lengths[b] + i``. Masks, bias
+      and key_padding_mask have the present cache's key axis L_K.
+    Invalid new arguments raise ValueError naming the argument (ERR-11..16).
+    """
+    ar = _Arith(precision)
+    q, k, v = ar.cast(q), ar.cast(k), ar.cast(v)
+    b, h, l_q, d_k = q.shape
+    g = k.shape[1]
+    if g < 1 or h % g != 0:
+        _fail("k", f"{g} key/value heads must divide the {h} query heads (q {q.shape}, k {k.shape})")
+    if v.shape[1] != g:
+        _fail("v", f"{v.shape[1]} heads differ from k's {g} (k {k.shape}, v {v.shape})")
+    softcap = _check_softcap(softcap)
+    window = _check_window(window)
+    slopes = _check_alibi(alibi_slopes, b, h)
+    past_key, past_value, past_lengths = _check_cache(past_key, past_value, past_lengths, k, v)
+    cached = past_key is not None
+    if causal is not None and causal not in CAUSAL_ALIGNMENTS:
+        _fail("causal", f"must be None, 'top_left' or 'bottom_right', got {causal!r}")
+    diagonal = _resolve_alignment(causal, alignment, cached=cached,
+                                  needs_diagonal=window is not None or slopes is not None)
+    q_ids, k_ids = _check_segments(q_segment_ids, kv_segment_ids, b, l_q, k.shape[2])
+    q_len = _lengths(query_seq_lengths, "query_seq_lengths", b, l_q)
+    kv_len = _lengths(key_value_seq_lengths, "key_value_seq_lengths", b, k.shape[2])
+    if cached and not (q_ids is None and q_len is None and kv_len is None):
+        _fail("past_key", "a KV cache does not combine with segment ids or sequence lengths "
+              "(past_lengths gives the valid cache per batch item)")
+    if cached:
+        l_past = past_key.shape[2]
+        positions = cache_positions(past_lengths, l_past, l_q, k.shape[2])
+        k_all = _present(ar.cast(past_key), k, past_lengths)
+        v_all = _present(ar.cast(past_value), v, past_lengths)
+    else:
+        positions = token_positions(b, l_q, k.shape[2], alignment=diagonal, q_segment_ids=q_ids,
+                                    kv_segment_ids=k_ids, query_seq_lengths=q_len,
+                                    key_value_seq_lengths=kv_len)
+        k_all, v_all = k, v
+    l_all = k_all.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d_k)
+    full = (b, h, l_q, l_all)
+    allowed = allowed_mask(b, h, l_q, l_all, mask=mask, key_padding_mask=key_padding_mask)
+    allowed &= structural_allowed(positions, causal=causal is not None, window=window)[:, None]
+    additive = []
+    if bias is not None:
+        additive.append(np.broadcast_to(ar.cast(bias), full))
+    if legacy_mask is not None:
+        additive.append(np.broadcast_to(ar.rnd(ar.cast(legacy_mask) * ar.dtype(LEGACY_MASK_VALUE)), full))
+    if slopes is not None:
+        additive.append(ar.cast(alibi_bias(slopes, positions)))
+    out = np.zeros((b, h, l_q, v.shape[3]), dtype=ar.dtype)
+    weights = np.zeros(full, dtype=ar.dtype)
+    lse = np.zeros((b, h, l_q), dtype=ar.dtype)
+    group = h // g
+    for bi in range(b):
+        for hi in range(h):
+            kv = hi // group  # the key/value head of query head hi (SDPA-8)
+            out[bi, hi], weights[bi, hi], logits, lse[bi, hi] = _capped_head(
+                q[bi, hi], k_all[bi, kv], v_all[bi, kv], allowed[bi, hi],
+                [t[bi, hi] for t in additive], scale, softcap, ar)
+            if info is not None:
+                info["logit_condition"] = max(info.get("logit_condition", 0.0),
+                                              logit_condition(weights[bi, hi], logits))
+    if not cached:
+        return AttentionResult(out, weights, lse, None, None, None)
+    return AttentionResult(out, weights, lse, k_all, v_all, past_lengths + k.shape[2])
+
+
+def merge_by_lse(out_a, lse_a, out_b, lse_b) -> tuple[np.ndarray, np.ndarray]:
+    """LSE-2: combine attention over two disjoint key sets from their outputs (..., L_q, d_v) and
+    log-sum-exps (..., L_q): weights exp(lse_x - lse) with lse = logaddexp(lse_a, lse_b); rows
+    empty in both stay 0 with lse -inf."""
+    lse = np.logaddexp(lse_a, lse_b)
+    empty = lse == -np.inf
+    safe = np.where(empty, 0.0, lse)
+    wa = np.where(empty, 0.0, np.exp(lse_a - safe))[..., None]
+    wb = np.where(empty, 0.0, np.exp(lse_b - safe))[..., None]
+    return wa * out_a + wb * out_b, lse

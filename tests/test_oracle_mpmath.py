@@ -111,3 +111,407 @@ def test_bfloat16_rounding_is_round_to_nearest_even():
     got = oracle.round_to_bfloat16(x)
     assert got[:4].tolist() == [1.0, 1.0, 1.0078125, 1.0078125]  # tie to even, then up
     assert got[4] == np.float32(-3.140625)
+
+
+# ---------------------------------------------------------------- spec 1.2 features
+# Each reference below is written from the draft clause's equation (spec/drafts/1.2-features.toml)
+# with plain loops and 50-digit mpmath; none calls the oracle's helpers.
+
+def mp_head(q, k, v, scale, *, allowed=lambda i, j: True, bias=lambda i, j: 0.0, softcap=None):
+    """One head in mpmath with soft-capping and the log-sum-exp.
+
+    q (L_q, d_k), k (L_K, d_k), v (L_K, d_v); allowed(i, j) -> bool, bias(i, j) -> float.
+    Returns (out (L_q, d_v), weights (L_q, L_K), lse (L_q,)), lse -inf for an empty row."""
+    l_q, l_k = q.shape[0], k.shape[0]
+    out, weights = np.zeros((l_q, v.shape[1])), np.zeros((l_q, l_k))
+    lse = np.full(l_q, -np.inf)
+    s = mpmath.mpf(scale)
+    for i in range(l_q):
+        keep = [j for j in range(l_k) if allowed(i, j) and bias(i, j) != -np.inf]
+        if not keep:
+            continue
+        logits = {}
+        for j in keep:
+            raw = mpmath.fsum(mpmath.mpf(a) * mpmath.mpf(c) for a, c in zip(q[i], k[j])) * s
+            if softcap is not None:
+                cap = mpmath.mpf(softcap)
+                raw = cap * mpmath.tanh(raw / cap)
+            logits[j] = raw + mpmath.mpf(bias(i, j))
+        total = mpmath.fsum(mpmath.exp(x) for x in logits.values())
+        lse[i] = float(mpmath.log(total))
+        for j in keep:
+            weights[i, j] = float(mpmath.exp(logits[j]) / total)
+        for c in range(v.shape[1]):
+            out[i, c] = float(mpmath.fsum(mpmath.exp(logits[j]) / total * mpmath.mpf(v[j, c])
+                                          for j in keep))
+    return out, weights, lse
+
+
+def assert_head_matches(result, b, h, ref):
+    out, weights, lse = ref
+    np.testing.assert_allclose(result.output[b, h], out, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(result.weights[b, h], weights, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(result.lse[b, h], lse, rtol=1e-14, atol=1e-14)
+
+
+def _qkv(seed, *, b=1, h=2, g=None, lq=3, lk=5, dk=3, dv=2, spread=2.0):
+    rng = np.random.default_rng(seed)
+    g = h if g is None else g
+    return (rng.standard_normal((b, h, lq, dk)) * spread, rng.standard_normal((b, g, lk, dk)) * spread,
+            rng.standard_normal((b, g, lk, dv)))
+
+
+@pytest.mark.parametrize("h,g", [(4, 2), (4, 1), (6, 3), (3, 3)])
+def test_gqa_in_sdpa_matches_mpmath(h, g):
+    """SDPA-8: query head i attends with key/value head i // (h / g)."""
+    q, k, v = _qkv(h * 10 + g, h=h, g=g)
+    res = oracle.attention_result(q, k, v, causal="bottom_right")
+    for i in range(h):
+        kv = i // (h // g)
+        ref = mp_head(q[0, i], k[0, kv], v[0, kv], 1 / math.sqrt(3),
+                      allowed=lambda a, j: j <= a + 2)
+        assert_head_matches(res, 0, i, ref)
+    out, w = oracle.attention(q, k, v, causal="bottom_right")
+    np.testing.assert_array_equal(out, res.output)
+    np.testing.assert_array_equal(w, res.weights)
+
+
+@pytest.mark.parametrize("softcap", [0.3, 2.0, 50.0])
+def test_softcap_matches_mpmath_and_comes_before_bias_and_masks(softcap):
+    """SOFTCAP-1: S = c tanh(s q.k / c) + bias; -inf bias and False mask stay excluded."""
+    q, k, v = _qkv(7, spread=3.0)
+    rng = np.random.default_rng(8)
+    bias = rng.standard_normal((1, 2, 3, 5))
+    bias[0, :, 1, 2] = -np.inf
+    mask = np.ones((3, 5), bool)
+    mask[2, 0] = False
+    res = oracle.attention_result(q, k, v, bias=bias, mask=mask, softcap=softcap, scale=0.9)
+    for i in range(2):
+        ref = mp_head(q[0, i], k[0, i], v[0, i], 0.9, softcap=softcap,
+                      allowed=lambda a, j: mask[a, j], bias=lambda a, j: bias[0, i, a, j])
+        assert_head_matches(res, 0, i, ref)
+    assert res.weights[0, 0, 1, 2] == 0 and res.weights[0, 0, 2, 0] == 0
+
+
+WINDOWS = [(0, 0), (1, 0), (0, 2), (None, 1), (2, None), (None, None), (9, 9)]
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_matches_mpmath(window, alignment, causal):
+    """WIN-1: key j visible to query i iff i + o - left <= j <= i + o + right, o = 0 (top_left)
+    or L_k - L_q (bottom_right), AND the causal mask of the same alignment when given."""
+    q, k, v = _qkv(11)
+    left, right = window
+    o = 0 if alignment == "top_left" else 5 - 3
+
+    def allowed(i, j):
+        ok = (left is None or j >= i + o - left) and (right is None or j <= i + o + right)
+        return ok and (not causal or j <= i + o)
+
+    kw = {"causal": alignment} if causal else {"alignment": alignment}
+    res = oracle.attention_result(q, k, v, window=window, **kw)
+    for i in range(2):
+        assert_head_matches(res, 0, i, mp_head(q[0, i], k[0, i], v[0, i], 1 / math.sqrt(3),
+                                               allowed=allowed))
+
+
+def test_window_by_hand():
+    """WIN-1 pinned: L_q = 3, L_k = 5, window (1, 0)."""
+    q, k, v = _qkv(0)
+    tl = oracle.attention_result(q, k, v, window=(1, 0), alignment="top_left").weights[0, 0] > 0
+    br = oracle.attention_result(q, k, v, window=(1, 0), alignment="bottom_right").weights[0, 0] > 0
+    assert tl.astype(int).tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0]]
+    assert br.astype(int).tolist() == [[0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]]
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("slopes_shape", ["per_head", "per_batch"])
+def test_alibi_matches_mpmath(alignment, slopes_shape):
+    """ALIBI-1: bias -m_h |i + o - j| (FlashAttention's alibi_slopes, o = L_k - L_q)."""
+    q, k, v = _qkv(13, b=2)
+    slopes = np.array([0.5, 0.0625]) if slopes_shape == "per_head" else np.array([[0.5, 0.0], [1.5, 0.25]])
+    m = np.broadcast_to(slopes, (2, 2))
+    o = 0 if alignment == "top_left" else 2
+    res = oracle.attention_result(q, k, v, alibi_slopes=slopes, alignment=alignment)
+    for b in range(2):
+        for i in range(2):
+            ref = mp_head(q[b, i], k[b, i], v[b, i], 1 / math.sqrt(3),
+                          bias=lambda a, j: -m[b, i] * abs(a + o - j))
+            assert_head_matches(res, b, i, ref)
+
+
+def test_alibi_equals_its_explicit_bias_and_the_causal_form():
+    """ALIBI-2: slopes equal the explicit bias; under causal masking the one-sided form
+    -m (i + o - j) (the ALiBi paper's) gives the same result."""
+    q, k, v = _qkv(17)
+    slopes = np.array([0.25, 1.0])
+    i = np.arange(3)[:, None]
+    j = np.arange(5)[None, :]
+    explicit = -slopes[:, None, None] * np.abs(i + 2 - j)
+    a = oracle.attention(q, k, v, alibi_slopes=slopes, causal="bottom_right")
+    b = oracle.attention(q, k, v, bias=explicit[None], causal="bottom_right")
+    c = oracle.attention(q, k, v, bias=(-slopes[:, None, None] * (i + 2 - j))[None], causal="bottom_right")
+    for x, y in ((a, b), (a, c)):
+        np.testing.assert_allclose(x[0], y[0], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(x[1], y[1], rtol=0, atol=1e-15)
+
+
+def _rank(ids, valid, t):
+    return sum(1 for u in range(t) if valid[u] and ids[u] == ids[t])
+
+
+@pytest.mark.parametrize("alignment", [None, "top_left", "bottom_right"])
+def test_segments_match_mpmath(alignment):
+    """SEG-1, SEG-3: attend only within a segment (per batch item); causal positions count within
+    the segment, bottom-right offset n_k(s) - n_q(s)."""
+    q, k, v = _qkv(19, b=2, lq=5, lk=6)
+    q_ids = np.array([[0, 0, 1, 1, 1], [3, 3, 3, 7, 7]])
+    k_ids = np.array([[0, 1, 1, 1, 1, 0], [7, 3, 3, 7, 7, 9]])
+    res = oracle.attention_result(q, k, v, q_segment_ids=q_ids, kv_segment_ids=k_ids, causal=alignment)
+    ones_q, ones_k = [True] * 5, [True] * 6
+    for b in range(2):
+        def allowed(i, j, b=b):
+            if q_ids[b, i] != k_ids[b, j]:
+                return False
+            if alignment is None:
+                return True
+            s = q_ids[b, i]
+            o = 0 if alignment == "top_left" else \
+                sum(k_ids[b] == s) - sum(q_ids[b] == s)
+            return _rank(k_ids[b], ones_k, j) <= _rank(q_ids[b], ones_q, i) + o
+        for i in range(2):
+            assert_head_matches(res, b, i, mp_head(q[b, i], k[b, i], v[b, i], 1 / math.sqrt(3),
+                                                   allowed=allowed))
+
+
+@pytest.mark.parametrize("causal", [None, "top_left", "bottom_right"])
+def test_sequence_lengths_match_mpmath(causal):
+    """SEG-2: queries i >= query_seq_lengths[b] and keys j >= key_value_seq_lengths[b] take part
+    in nothing (zero rows); causal aligns to the valid lengths (ONNX nonpad_kv_seqlen)."""
+    q, k, v = _qkv(23, b=3, lq=4, lk=6)
+    ql, kl = np.array([4, 2, 3]), np.array([6, 3, 1])
+    res = oracle.attention_result(q, k, v, query_seq_lengths=ql, key_value_seq_lengths=kl,
+                                  causal=causal)
+    for b in range(3):
+        o = 0 if causal != "bottom_right" else kl[b] - ql[b]
+
+        def allowed(i, j, b=b, o=o):
+            return i < ql[b] and j < kl[b] and (causal is None or j <= i + o)
+        for i in range(2):
+            assert_head_matches(res, b, i, mp_head(q[b, i], k[b, i], v[b, i], 1 / math.sqrt(3),
+                                                   allowed=allowed))
+
+
+@pytest.mark.parametrize("causal", [None, "top_left", "bottom_right"])
+def test_packed_call_equals_separate_calls(causal):
+    """SEG-4: packing sequences by segment ids gives each sequence's separate result, with its
+    own causal alignment, window and ALiBi positions."""
+    rng = np.random.default_rng(29)
+    lens_q, lens_k = [2, 3, 1], [4, 3, 2]
+    q = rng.standard_normal((1, 2, sum(lens_q), 3))
+    k = rng.standard_normal((1, 2, sum(lens_k), 3))
+    v = rng.standard_normal((1, 2, sum(lens_k), 2))
+    q_ids = np.repeat([[5, 1, 8]], lens_q, axis=1)
+    k_ids = np.repeat([[5, 1, 8]], lens_k, axis=1)
+    kw = {"causal": causal, "window": (1, 1), "alibi_slopes": np.array([0.5, 0.25])}
+    if causal is None:
+        kw["alignment"] = "bottom_right"
+    packed = oracle.attention_result(q, k, v, q_segment_ids=q_ids, kv_segment_ids=k_ids, **kw)
+    qs, ks = np.cumsum([0] + lens_q), np.cumsum([0] + lens_k)
+    for n in range(3):
+        part = oracle.attention_result(q[:, :, qs[n]:qs[n + 1]], k[:, :, ks[n]:ks[n + 1]],
+                                       v[:, :, ks[n]:ks[n + 1]], **kw)
+        np.testing.assert_allclose(packed.output[:, :, qs[n]:qs[n + 1]], part.output, atol=1e-15)
+        np.testing.assert_allclose(packed.lse[:, :, qs[n]:qs[n + 1]], part.lse, atol=1e-14)
+        np.testing.assert_allclose(packed.weights[:, :, qs[n]:qs[n + 1], ks[n]:ks[n + 1]],
+                                   part.weights, atol=1e-15)
+
+
+def test_lengths_equal_their_segment_ids():
+    """SEG-2: the length form is the segment-id form with one segment and padding."""
+    q, k, v = _qkv(31, b=2, lq=4, lk=5)
+    ql, kl = np.array([3, 4]), np.array([5, 2])
+    a = oracle.attention_result(q, k, v, query_seq_lengths=ql, key_value_seq_lengths=kl,
+                                causal="bottom_right")
+    q_ids = np.where(np.arange(4)[None] < ql[:, None], 0, -1)
+    k_ids = np.where(np.arange(5)[None] < kl[:, None], 0, -2)
+    b = oracle.attention_result(q, k, v, q_segment_ids=q_ids, kv_segment_ids=k_ids,
+                                causal="bottom_right")
+    np.testing.assert_array_equal(a.output, b.output)
+    np.testing.assert_array_equal(a.weights, b.weights)
+
+
+@pytest.mark.parametrize("past_lengths", [None, [4, 1], [0, 4]])
+def test_kv_cache_matches_mpmath(past_lengths):
+    """CACHE-1, CACHE-2: the valid past then the new keys; query i at position p_b + i; causal
+    allows present key j iff j <= p_b + i; the present cache is returned."""
+    rng = np.random.default_rng(37)
+    b, h, g, lq, lp, dk, dv = 2, 4, 2, 2, 4, 3, 2
+    q = rng.standard_normal((b, h, lq, dk))
+    k, v = rng.standard_normal((b, g, lq, dk)), rng.standard_normal((b, g, lq, dv))
+    pk, pv = rng.standard_normal((b, g, lp, dk)), rng.standard_normal((b, g, lp, dv))
+    res = oracle.attention_result(q, k, v, past_key=pk, past_value=pv, past_lengths=past_lengths,
+                                  causal="bottom_right", window=(2, None))
+    p = [lp, lp] if past_lengths is None else past_lengths
+    assert res.present_lengths.tolist() == [p[0] + lq, p[1] + lq]
+    for bi in range(b):
+        keys = np.concatenate([pk[bi, :, :p[bi]], k[bi]], axis=1)
+        vals = np.concatenate([pv[bi, :, :p[bi]], v[bi]], axis=1)
+        pad = lp + lq - keys.shape[1]
+        np.testing.assert_array_equal(res.present_key[bi], np.pad(keys, ((0, 0), (0, pad), (0, 0))))
+        np.testing.assert_array_equal(res.present_value[bi], np.pad(vals, ((0, 0), (0, pad), (0, 0))))
+        for i in range(h):
+            kv = i // 2
+            kk = np.pad(keys[kv], ((0, pad), (0, 0)))
+            vv = np.pad(vals[kv], ((0, pad), (0, 0)))
+            ref = mp_head(q[bi, i], kk, vv, 1 / math.sqrt(dk),
+                          allowed=lambda a, j, n=p[bi]: j < n + lq and n + a - 2 <= j <= n + a)
+            assert_head_matches(res, bi, i, ref)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_incremental_decoding_equals_one_causal_call(step):
+    """CACHE-3: feeding a sequence `step` tokens at a time through the cache (from an empty one)
+    equals one bottom-right causal call over the whole sequence, with ALiBi and a window."""
+    rng = np.random.default_rng(41)
+    b, h, g, n, dk, dv = 2, 4, 2, 7, 3, 2
+    q = rng.standard_normal((b, h, n, dk))
+    k, v = rng.standard_normal((b, g, n, dk)), rng.standard_normal((b, g, n, dv))
+    kw = {"causal": "bottom_right", "window": (3, None), "alibi_slopes": np.array([0.5, 0.25, 0, 1]),
+          "softcap": 4.0}
+    whole = oracle.attention_result(q, k, v, **kw)
+    pk, pv = np.zeros((b, g, 0, dk)), np.zeros((b, g, 0, dv))
+    outs, lses = [], []
+    for t in range(0, n, step):
+        r = oracle.attention_result(q[:, :, t:t + step], k[:, :, t:t + step], v[:, :, t:t + step],
+                                    past_key=pk, past_value=pv, **kw)
+        pk, pv = r.present_key, r.present_value
+        outs.append(r.output)
+        lses.append(r.lse)
+    np.testing.assert_allclose(np.concatenate(outs, axis=2), whole.output, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.concatenate(lses, axis=2), whole.lse, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(pk, k)
+
+
+def test_ragged_cache_decoding_equals_separate_sequences():
+    """CACHE-1: per-batch past lengths: item b continues its own sequence of p_b tokens."""
+    rng = np.random.default_rng(43)
+    lp, dk = 5, 3
+    pk, pv = rng.standard_normal((2, 1, lp, dk)), rng.standard_normal((2, 1, lp, 2))
+    q, k, v = rng.standard_normal((2, 2, 1, dk)), rng.standard_normal((2, 1, 1, dk)), rng.standard_normal((2, 1, 1, 2))
+    res = oracle.attention_result(q, k, v, past_key=pk, past_value=pv, past_lengths=[2, 5],
+                                  causal="bottom_right")
+    for bi, p in enumerate([2, 5]):
+        kk = np.concatenate([pk[bi:bi + 1, :, :p], k[bi:bi + 1]], axis=2)
+        vv = np.concatenate([pv[bi:bi + 1, :, :p], v[bi:bi + 1]], axis=2)
+        alone = oracle.attention_result(q[bi:bi + 1], kk, vv, causal="bottom_right")
+        np.testing.assert_allclose(res.output[bi:bi + 1], alone.output, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(res.weights[bi, :, :, :p + 1], alone.weights[0], atol=1e-15)
+        assert not res.weights[bi, :, :, p + 1:].any()
+
+
+def test_lse_matches_mpmath_and_is_minus_inf_for_empty_rows():
+    """LSE-1: lse_i = log sum over the allowed set of exp(S_ij) of the final logits."""
+    q, k, v = _qkv(47, spread=4.0)
+    mask = np.ones((3, 5), bool)
+    mask[1] = False
+    bias = np.random.default_rng(48).standard_normal((3, 5))
+    res = oracle.attention_result(q, k, v, mask=mask, bias=bias, softcap=3.0,
+                                  alibi_slopes=np.array([0.3, 0.1]), alignment="top_left")
+    for i in range(2):
+        m = (0.3, 0.1)[i]
+        ref = mp_head(q[0, i], k[0, i], v[0, i], 1 / math.sqrt(3), softcap=3.0,
+                      allowed=lambda a, j: mask[a, j], bias=lambda a, j: bias[a, j] - m * abs(a - j))
+        assert_head_matches(res, 0, i, ref)
+    assert np.all(res.lse[0, :, 1] == -np.inf)
+
+
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_merging_two_key_chunks_by_lse_equals_the_whole(split):
+    """LSE-2: attention over keys [0, split) and [split, L_k) merged by their lse is the whole."""
+    q, k, v = _qkv(53, lq=4, lk=6)
+    mask = np.random.default_rng(54).random((4, 6)) < 0.6
+    mask[0] = False
+    whole = oracle.attention_result(q, k, v, mask=mask, softcap=5.0)
+    a = oracle.attention_result(q, k[:, :, :split], v[:, :, :split], mask=mask[:, :split], softcap=5.0)
+    b = oracle.attention_result(q, k[:, :, split:], v[:, :, split:], mask=mask[:, split:], softcap=5.0)
+    out, lse = oracle.merge_by_lse(a.output, a.lse, b.output, b.lse)
+    np.testing.assert_allclose(out, whole.output, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(lse, whole.lse, rtol=1e-15, atol=1e-14)
+    assert np.all(out[:, :, 0] == 0) and np.all(lse[:, :, 0] == -np.inf)
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32", "float32-sequential", "float16", "bfloat16"])
+def test_new_path_without_features_is_the_1_1_oracle_bitwise(precision):
+    """A spec 1.2 call whose new arguments are all neutral reproduces the 1.1 computation exactly,
+    in every working precision (the 1.2 path and the 1.1 path share their arithmetic)."""
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        lq, lk = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+        q, k = rng.standard_normal((2, 2, lq, 4)) * 3, rng.standard_normal((2, 2, lk, 4)) * 3
+        v = rng.standard_normal((2, 2, lk, 3))
+        kw = {"mask": rng.random((lq, lk)) < 0.8, "bias": rng.standard_normal((2, 1, lq, lk)),
+              "key_padding_mask": rng.random((2, lk)) < 0.9,
+              "causal": (None, "top_left", "bottom_right")[seed % 3], "precision": precision}
+        old = oracle.attention(q, k, v, **kw)
+        new = oracle.attention(q, k, v, softcap=None, window=None, past_key=None, **kw)
+        np.testing.assert_array_equal(old[0], new[0])
+        np.testing.assert_array_equal(old[1], new[1])
+
+
+def _bad(**kw):
+    q, k, v = _qkv(0, b=2, h=4, g=2)
+    return q, k, v, kw
+
+
+BAD_CALLS = {
+    "softcap zero": ("softcap", {"softcap": 0.0}),
+    "softcap negative": ("softcap", {"softcap": -1.0}),
+    "softcap inf": ("softcap", {"softcap": float("inf")}),
+    "softcap nan": ("softcap", {"softcap": float("nan")}),
+    "softcap string": ("softcap", {"softcap": "1"}),
+    "window negative": ("window", {"window": (-1, 0), "causal": "top_left"}),
+    "window not a pair": ("window", {"window": 3, "causal": "top_left"}),
+    "window float": ("window", {"window": (1.5, None), "causal": "top_left"}),
+    "window without diagonal": ("alignment", {"window": (1, 1)}),
+    "alignment contradicts causal": ("alignment", {"causal": "top_left", "alignment": "bottom_right"}),
+    "alignment unknown": ("alignment", {"alignment": "centre", "window": (1, 1)}),
+    "slopes wrong length": ("alibi_slopes", {"alibi_slopes": np.ones(2), "alignment": "top_left"}),
+    "slopes nan": ("alibi_slopes", {"alibi_slopes": np.array([1, np.nan, 1, 1]), "alignment": "top_left"}),
+    "q ids wrong shape": ("q_segment_ids", {"q_segment_ids": np.zeros((2, 4), int),
+                                            "kv_segment_ids": np.zeros((2, 5), int)}),
+    "kv ids float": ("kv_segment_ids", {"q_segment_ids": np.zeros((2, 3), int),
+                                        "kv_segment_ids": np.zeros((2, 5))}),
+    "ids alone": ("kv_segment_ids", {"q_segment_ids": np.zeros((2, 3), int)}),
+    "length too long": ("key_value_seq_lengths", {"key_value_seq_lengths": np.array([6, 1])}),
+    "length negative": ("query_seq_lengths", {"query_seq_lengths": np.array([-1, 1])}),
+    "lengths wrong shape": ("query_seq_lengths", {"query_seq_lengths": np.array([1])}),
+    "past_key alone": ("past_value", {"past_key": np.zeros((2, 2, 3, 3))}),
+    "cache batch": ("past_key", {"past_key": np.zeros((1, 2, 3, 3)), "past_value": np.zeros((1, 2, 3, 2))}),
+    "cache heads": ("past_key", {"past_key": np.zeros((2, 4, 3, 3)), "past_value": np.zeros((2, 4, 3, 2))}),
+    "cache width": ("past_value", {"past_key": np.zeros((2, 2, 3, 3)), "past_value": np.zeros((2, 2, 3, 3))}),
+    "cache lengths differ": ("past_value", {"past_key": np.zeros((2, 2, 3, 3)), "past_value": np.zeros((2, 2, 4, 2))}),
+    "past length too long": ("past_lengths", {"past_key": np.zeros((2, 2, 3, 3)),
+                                              "past_value": np.zeros((2, 2, 3, 2)), "past_lengths": [4, 1]}),
+    "cache top_left": ("causal", {"past_key": np.zeros((2, 2, 3, 3)), "past_value": np.zeros((2, 2, 3, 2)),
+                                  "causal": "top_left"}),
+    "cache and lengths": ("past_key", {"past_key": np.zeros((2, 2, 3, 3)), "past_value": np.zeros((2, 2, 3, 2)),
+                                       "key_value_seq_lengths": np.array([1, 1])}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_invalid_new_arguments_raise_value_error_naming_them(case):
+    """ERR-11..16: bad spec 1.2 arguments raise ValueError naming the argument."""
+    argument, kw = BAD_CALLS[case]
+    q, k, v = _qkv(0, b=2, h=4, g=2)
+    with pytest.raises(ValueError, match=f"^{argument}:"):
+        oracle.attention_result(q, k, v, **kw)
+
+
+def test_kv_heads_must_divide_query_heads():
+    q, k, v = _qkv(0, h=4, g=3)
+    with pytest.raises(ValueError, match="^k:"):
+        oracle.attention(q, k, v)
