@@ -613,8 +613,9 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
                 q[bi, hi], k_all[bi, kv], v_all[bi, kv], allowed[bi, hi],
                 [t[bi, hi] for t in additive], scale, softcap, ar)
             if info is not None:
-                info["logit_condition"] = max(info.get("logit_condition", 0.0),
-                                              logit_condition(weights[bi, hi], logits))
+                with np.errstate(invalid="ignore"):  # 0 * -inf at masked logits, discarded
+                    condition = logit_condition(weights[bi, hi], logits)
+                info["logit_condition"] = max(info.get("logit_condition", 0.0), condition)
     if not cached:
         return AttentionResult(out, weights, lse, None, None, None)
     return AttentionResult(out, weights, lse, k_all, v_all, past_lengths + k.shape[2])
