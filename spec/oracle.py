@@ -205,7 +205,7 @@ def _project(x, w, b, cols: slice, ar: _Arith):
 def multi_head_attention(query, key, value, params: Params, *, num_heads: int, mask=None, bias=None,
                          legacy_mask=None, key_padding_mask=None, causal=None, scale=None,
                          precision: str = "float64", num_kv_heads: int | None = None,
-                         info: dict | None = None):
+                         info: dict | None = None, **features):
     """Multi-head attention by its per-head definition (MHA-1, PARAM-1, PARAM-2).
 
     query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)
@@ -214,7 +214,15 @@ def multi_head_attention(query, key, value, params: Params, *, num_heads: int, m
     ``num_kv_heads`` (MHA-6, grouped-query attention): ``g`` key/value heads, ``g`` dividing ``h``;
     ``w_k`` has ``g*d_k`` and ``w_v`` ``g*d_v`` columns, and query head ``i`` uses key/value head
     ``i // (h / g)``. None means ``g = h``.
+
+    ``features``: the spec 1.2 keyword arguments (:data:`FEATURES`), see
+    :func:`multi_head_attention_result`, which also returns the log-sum-exp and the present cache.
     """
+    if features:
+        return multi_head_attention_result(
+            query, key, value, params, num_heads=num_heads, mask=mask, bias=bias,
+            legacy_mask=legacy_mask, key_padding_mask=key_padding_mask, causal=causal, scale=scale,
+            precision=precision, num_kv_heads=num_kv_heads, info=info, **features)[:2]
     ar = _Arith(precision)
     query, key, value = ar.cast(query), ar.cast(key), ar.cast(value)
     p = Params(*(ar.cast(t) for t in params))
@@ -631,3 +639,38 @@ def merge_by_lse(out_a, lse_a, out_b, lse_b) -> tuple[np.ndarray, np.ndarray]:
     wa = np.where(empty, 0.0, np.exp(lse_a - safe))[..., None]
     wb = np.where(empty, 0.0, np.exp(lse_b - safe))[..., None]
     return wa * out_a + wb * out_b, lse
+
+
+def multi_head_attention_result(query, key, value, params: Params, *, num_heads: int,
+                                num_kv_heads: int | None = None, precision: str = "float64",
+                                **attention_kwargs) -> AttentionResult:
+    """Multi-head attention with the features of spec 1.2 (MHA-1, MHA-6, draft clauses).
+
+    query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> :class:`AttentionResult`
+    with output (B, L_q, d_out), weights (B, h, L_q, L_K), lse (B, h, L_q) and, with a cache, the
+    present cache of *projected* keys (B, g, L_K, d_k) and values (B, g, L_K, d_v).
+
+    Head i is :func:`attention_result` of the column blocks of the projections (PARAM-2): query
+    block i, key/value block ``i // (h / g)``; ``attention_kwargs`` are those of
+    :func:`attention_result` (masks, scale, ``info`` and every spec 1.2 feature), with
+    ``past_key`` (B, g, L_past, d_k) and ``past_value`` (B, g, L_past, d_v) holding projected keys
+    and values, as a decoder keeps them. ``alibi_slopes`` has one slope per query head.
+    """
+    ar = _Arith(precision)
+    query, key, value = ar.cast(query), ar.cast(key), ar.cast(value)
+    p = Params(*(ar.cast(t) for t in params))
+    h = num_heads
+    g = h if num_kv_heads is None else num_kv_heads
+    d_k = p.w_q.shape[1] // h
+    d_v = p.w_v.shape[1] // g
+
+    def heads(x, w, b, n, d):  # PARAM-2: block i of x @ w + b -> (B, n, L, d)
+        return np.stack([_project(x, w, b, slice(i * d, (i + 1) * d), ar) for i in range(n)], axis=1)
+
+    res = attention_result(heads(query, p.w_q, p.b_q, h, d_k), heads(key, p.w_k, p.b_k, g, d_k),
+                           heads(value, p.w_v, p.b_v, g, d_v), precision=precision,
+                           **attention_kwargs)
+    out = ar.matmul(combine_heads(res.output), p.w_o)
+    if p.b_o is not None:
+        out = ar.rnd(out + p.b_o)
+    return res._replace(output=out)

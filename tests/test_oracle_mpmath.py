@@ -515,3 +515,72 @@ def test_kv_heads_must_divide_query_heads():
     q, k, v = _qkv(0, h=4, g=3)
     with pytest.raises(ValueError, match="^k:"):
         oracle.attention(q, k, v)
+
+
+def _mha_case(seed, *, h=4, g=2, b=2, n=5):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, n, 6))
+    p = oracle.Params(rng.standard_normal((6, h * 3)), rng.standard_normal((6, g * 3)),
+                      rng.standard_normal((6, g * 2)), rng.standard_normal((h * 2, 5)),
+                      rng.standard_normal(h * 3), rng.standard_normal(g * 3), None,
+                      rng.standard_normal(5))
+    return x, p
+
+
+def test_mha_features_by_the_per_head_definition():
+    """MHA-1 with spec 1.2 features: head i is the mpmath attention of column block i of the
+    query projection and block i // (h / g) of the key/value projections, softcap, window, ALiBi
+    slope i and segments applied; the output is Concat(heads) W_o + b_o."""
+    x, p = _mha_case(59)
+    slopes = np.array([0.5, 0.25, 0.125, 0.0])
+    ids = np.array([[0, 0, 0, 1, 1], [2, 2, 2, 2, 2]])
+    res = oracle.multi_head_attention_result(
+        x, x, x, p, num_heads=4, num_kv_heads=2, causal="top_left", softcap=1.5, window=(1, None),
+        alibi_slopes=slopes, q_segment_ids=ids, kv_segment_ids=ids)
+    for b in range(2):
+        heads = []
+        for i in range(4):
+            j = i // 2
+            qi = x[b] @ p.w_q[:, 3 * i:3 * i + 3] + p.b_q[3 * i:3 * i + 3]
+            kj = x[b] @ p.w_k[:, 3 * j:3 * j + 3] + p.b_k[3 * j:3 * j + 3]
+            vj = x[b] @ p.w_v[:, 2 * j:2 * j + 2]
+            start = [0 if ids[b, t] == ids[b, 0] else 3 for t in range(5)]
+
+            def allowed(a, c, b=b, start=start):
+                return ids[b, a] == ids[b, c] and a - 1 <= c <= a
+
+            ref = mp_head(qi, kj, vj, 1 / math.sqrt(3), softcap=1.5, allowed=allowed,
+                          bias=lambda a, c, i=i, start=start: -slopes[i] * abs((a - start[a]) - (c - start[c])))
+            np.testing.assert_allclose(res.weights[b, i], ref[1], rtol=0, atol=1e-14)
+            np.testing.assert_allclose(res.lse[b, i], ref[2], rtol=1e-13, atol=1e-13)
+            heads.append(ref[0])
+        np.testing.assert_allclose(res.output[b], np.concatenate(heads, 1) @ p.w_o + p.b_o,
+                                   rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_mha_incremental_decoding_equals_one_causal_call(step):
+    """CACHE-3 for multi-head attention: a cache of projected keys and values, fed `step` tokens at
+    a time, equals one bottom-right causal call over the whole sequence."""
+    x, p = _mha_case(61, n=6)
+    kw = {"num_heads": 4, "num_kv_heads": 2, "causal": "bottom_right", "window": (2, None)}
+    whole = oracle.multi_head_attention_result(x, x, x, p, **kw)
+    pk, pv = np.zeros((2, 2, 0, 3)), np.zeros((2, 2, 0, 2))
+    outs = []
+    for t in range(0, 6, step):
+        xs = x[:, t:t + step]
+        r = oracle.multi_head_attention_result(xs, xs, xs, p, past_key=pk, past_value=pv, **kw)
+        pk, pv = r.present_key, r.present_value
+        outs.append(r.output)
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), whole.output, rtol=0, atol=1e-13)
+    assert pk.shape == (2, 2, 6, 3) and pv.shape == (2, 2, 6, 2)
+
+
+def test_mha_new_path_without_features_is_the_1_1_oracle_bitwise():
+    for seed, prec in enumerate(["float64", "float32", "float32-sequential", "float16", "bfloat16"]):
+        x, p = _mha_case(seed)
+        kw = {"num_heads": 4, "num_kv_heads": 2, "causal": "top_left", "precision": prec}
+        old = oracle.multi_head_attention(x, x, x, p, **kw)
+        new = oracle.multi_head_attention(x, x, x, p, window=None, **kw)
+        np.testing.assert_array_equal(old[0], new[0])
+        np.testing.assert_array_equal(old[1], new[1])
