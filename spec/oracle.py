@@ -265,6 +265,8 @@ def _head_slice(m, i: int):
 #
 # Draft clauses: spec/drafts/1.2-features.toml. Extra axis legend: g key/value heads (g divides h),
 # L_past cached keys, L_K = L_past + L_k keys after the cache (L_K = L_k without one).
+# Unlike the 1.1 arguments, the spec 1.2 arguments are checked here: bad ones raise ValueError
+# naming the argument, because their error clauses are part of the feature's definition.
 
 #: The keyword arguments of spec 1.2 accepted by :func:`attention` and :func:`attention_result`.
 FEATURES = ("softcap", "window", "alignment", "alibi_slopes", "q_segment_ids", "kv_segment_ids",
@@ -322,7 +324,7 @@ def _lengths(x, argument: str, b: int, upper: int) -> np.ndarray | None:
 
 
 def _check_softcap(softcap) -> float | None:
-    """SOFTCAP-1 / ERR-12: None or a positive finite number."""
+    """SOFTCAP-2: None or a positive finite number."""
     if softcap is None:
         return None
     if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.number)):
@@ -333,7 +335,7 @@ def _check_softcap(softcap) -> float | None:
 
 
 def _check_window(window) -> tuple[int | None, int | None] | None:
-    """WIN-1 / ERR-13: None or a pair (left, right) of non-negative integers or None."""
+    """WIN-2: None or a pair (left, right) of non-negative integers or None."""
     if window is None:
         return None
     if not isinstance(window, (tuple, list)) or len(window) != 2:
@@ -347,7 +349,7 @@ def _check_window(window) -> tuple[int | None, int | None] | None:
 
 
 def _check_alibi(alibi_slopes, b: int, h: int) -> np.ndarray | None:
-    """ALIBI-1 / ERR-14: slopes (h,) or (B, h), finite floats -> (B, h) float64."""
+    """ALIBI-3: slopes (h,) or (B, h), finite floats -> (B, h) float64."""
     if alibi_slopes is None:
         return None
     m = np.asarray(alibi_slopes)
@@ -466,7 +468,7 @@ def _present(past, new, past_lengths) -> np.ndarray:
 
 
 def _check_cache(past_key, past_value, past_lengths, k, v):
-    """CACHE-1 / ERR-16 -> (past_key, past_value, past_lengths (B,)) or (None, None, None)."""
+    """CACHE-4 -> (past_key, past_value, past_lengths (B,)) or (None, None, None)."""
     if past_key is None and past_value is None:
         if past_lengths is not None:
             _fail("past_lengths", "given without past_key and past_value")
@@ -492,7 +494,7 @@ def _check_cache(past_key, past_value, past_lengths, k, v):
 
 
 def _check_segments(q_segment_ids, kv_segment_ids, b, l_q, l_k):
-    """SEG-1 / ERR-15: both or neither, integer, (B, L_q) and (B, L_k)."""
+    """SEG-5: both or neither, integer, (B, L_q) and (B, L_k)."""
     if (q_segment_ids is None) != (kv_segment_ids is None):
         _fail("q_segment_ids" if q_segment_ids is None else "kv_segment_ids",
               "q_segment_ids and kv_segment_ids go together")
@@ -546,7 +548,7 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
         P = softmax over the allowed set (MASK-9: an empty row is 0), output = P v,
         lse = log sum_{allowed} exp(S) (-inf for an empty row)           (LSE-1)
 
-    - grouped heads (SDPA-8): g divides h; query head i uses key/value head ``i // (h // g)``.
+    - grouped heads (GQA-1): g divides h; query head i uses key/value head ``i // (h // g)``.
     - ``softcap`` c > 0 (SOFTCAP-1): applied after the scale and before bias and masks.
     - ``window=(left, right)`` (WIN-1), either side None = unbounded: key j is visible to query i
       iff ``query_pos - left <= key_pos <= query_pos + right``.
@@ -562,7 +564,7 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
       zero padding; query i sits at position ``past_lengths[b] + i``, so causal (which must be
       None or "bottom_right") allows present key j iff ``j <= past_lengths[b] + i``. Masks, bias
       and key_padding_mask have the present cache's key axis L_K.
-    Invalid new arguments raise ValueError naming the argument (ERR-11..16).
+    Invalid new arguments raise ValueError naming the argument (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4).
     """
     ar = _Arith(precision)
     q, k, v = ar.cast(q), ar.cast(k), ar.cast(v)
@@ -616,7 +618,7 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
     group = h // g
     for bi in range(b):
         for hi in range(h):
-            kv = hi // group  # the key/value head of query head hi (SDPA-8)
+            kv = hi // group  # the key/value head of query head hi (GQA-1)
             out[bi, hi], weights[bi, hi], logits, lse[bi, hi] = _capped_head(
                 q[bi, hi], k_all[bi, kv], v_all[bi, kv], allowed[bi, hi],
                 [t[bi, hi] for t in additive], scale, softcap, ar)

@@ -163,7 +163,7 @@ def _qkv(seed, *, b=1, h=2, g=None, lq=3, lk=5, dk=3, dv=2, spread=2.0):
 
 @pytest.mark.parametrize("h,g", [(4, 2), (4, 1), (6, 3), (3, 3)])
 def test_gqa_in_sdpa_matches_mpmath(h, g):
-    """SDPA-8: query head i attends with key/value head i // (h / g)."""
+    """GQA-1: query head i attends with key/value head i // (h / g)."""
     q, k, v = _qkv(h * 10 + g, h=h, g=g)
     res = oracle.attention_result(q, k, v, causal="bottom_right")
     for i in range(h):
@@ -504,7 +504,7 @@ BAD_CALLS = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 def test_invalid_new_arguments_raise_value_error_naming_them(case):
-    """ERR-11..16: bad spec 1.2 arguments raise ValueError naming the argument."""
+    """GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4: bad spec 1.2 arguments raise ValueError naming the argument."""
     argument, kw = BAD_CALLS[case]
     q, k, v = _qkv(0, b=2, h=4, g=2)
     with pytest.raises(ValueError, match=f"^{argument}:"):
@@ -512,9 +512,13 @@ def test_invalid_new_arguments_raise_value_error_naming_them(case):
 
 
 def test_kv_heads_must_divide_query_heads():
+    """GQA-2: g must divide h (naming k) and v must have k's heads (naming v)."""
     q, k, v = _qkv(0, h=4, g=3)
     with pytest.raises(ValueError, match="^k:"):
         oracle.attention(q, k, v)
+    q, k, v = _qkv(0, h=4, g=2)
+    with pytest.raises(ValueError, match="^v:"):
+        oracle.attention(q, k, v[:, :1])
 
 
 def _mha_case(seed, *, h=4, g=2, b=2, n=5):
