@@ -477,15 +477,13 @@ def _check_cache(past_key, past_value, past_lengths, k, v):
         _fail("past_key" if past_key is None else "past_value",
               "past_key and past_value go together")
     pk, pv = np.asarray(past_key), np.asarray(past_value)
-    for name, cache, new in (("past_key", pk, k), ("past_value", pv, v)):
+    for name, cache, new_name, new in (("past_key", pk, "k", k), ("past_value", pv, "v", v)):
         if cache.ndim != 4:
             _fail(name, f"must be (B, g, L_past, d), got shape {cache.shape}")
-        what = ("batch", "head", None, "width")
-        for axis in (0, 1, 3):
+        for axis, what in ((0, "batch"), (1, "head"), (3, "width")):
             if cache.shape[axis] != new.shape[axis]:
-                _fail(name, f"{what[axis]} axis {cache.shape[axis]} does not match "
-                      f"{'k' if name == 'past_key' else 'v'}'s {new.shape[axis]} "
-                      f"(cache {cache.shape}, new {new.shape})")
+                _fail(name, f"{what} axis {cache.shape[axis]} does not match {new_name}'s "
+                      f"{new.shape[axis]} (cache {cache.shape}, {new_name} {new.shape})")
     if pk.shape[2] != pv.shape[2]:
         _fail("past_value", f"length {pv.shape[2]} differs from past_key's {pk.shape[2]}")
     l_past = pk.shape[2]
@@ -549,7 +547,8 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
         lse = log sum_{allowed} exp(S) (-inf for an empty row)           (LSE-1)
 
     - grouped heads (GQA-1): g divides h; query head i uses key/value head ``i // (h // g)``.
-    - ``softcap`` c > 0 (SOFTCAP-1): applied after the scale and before bias and masks.
+    - ``softcap`` c > 0 (SOFTCAP-1): applied after the scale and before bias and masks (capping
+      after them would turn a masked -inf into the finite -c and leak weight to masked keys).
     - ``window=(left, right)`` (WIN-1), either side None = unbounded: key j is visible to query i
       iff ``query_pos - left <= key_pos <= query_pos + right``.
     - ``alignment``: the diagonal of window and ALiBi when ``causal`` is None (WIN-1); it must
