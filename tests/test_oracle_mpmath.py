@@ -658,3 +658,11 @@ def test_every_testable_draft_clause_is_checked_here():
     named = set(re.findall(r"\b([A-Z]+-\d+)\b", pathlib.Path(__file__).read_text(encoding="utf-8")))
     missing = [c.id for c in draft.clauses if c.testable and c.id not in named]
     assert not missing, f"draft clauses no test names: {missing}"
+
+
+def test_features_constant_lists_the_new_keyword_arguments():
+    import inspect
+
+    params = inspect.signature(oracle.attention_result).parameters
+    names = list(params)[list(params).index("info") + 1:]
+    assert tuple(names) == oracle.FEATURES
