@@ -12,8 +12,9 @@ import importlib
 from importlib.metadata import entry_points
 
 from ._base import ALL_DTYPES, CAPABILITIES, PROTOCOL_VERSION, Backend, MHAParams
+from ._generic import Algorithm
 
-__all__ = ["ALL_DTYPES", "CAPABILITIES", "PROTOCOL_VERSION", "Backend", "MHAParams",
+__all__ = ["ALL_DTYPES", "CAPABILITIES", "PROTOCOL_VERSION", "Algorithm", "Backend", "MHAParams",
            "BackendLoadError", "load_backend", "registered_backends"]
 
 ENTRY_POINT_GROUP = "mhaspec.backends"
