@@ -58,7 +58,7 @@ def _check_floats(op: str, args: list[Arg]) -> None:
     for a in args:
         if a.dtype not in FLOAT_DTYPES:
             fail(op, f"argument '{a.name}' must be floating point ({', '.join(FLOAT_DTYPES)}), "
-                      f"got dtype {a.dtype} with shape {a.shape}")
+                     f"got dtype {a.dtype} with shape {a.shape}")
     if len({a.dtype for a in args}) > 1:
         described = ", ".join(f"'{a.name}' {a.dtype} {a.shape}" for a in args)
         fail(op, f"arguments must share one floating dtype, got {described}")
@@ -78,24 +78,24 @@ def _check_masks(op: str, dims: Dims, dtype: str, mask: Arg | None, bias: Arg | 
             continue
         if want_bool and arg.dtype != "bool":
             fail(op, f"argument '{arg.name}' must be boolean (True = may attend), got dtype "
-                      f"{arg.dtype} with shape {arg.shape}; pass a float array as 'bias' instead")
+                     f"{arg.dtype} with shape {arg.shape}; pass a float array as 'bias' instead")
         if not want_bool and arg.dtype not in FLOAT_DTYPES:
             fail(op, f"argument '{arg.name}' must be floating point, got dtype {arg.dtype} "
-                      f"with shape {arg.shape}")
+                     f"with shape {arg.shape}")
         if not _broadcasts(arg.shape, full):
             fail(op, f"argument '{arg.name}' with shape {arg.shape} does not broadcast to "
-                      f"(B, h, L_q, L_k) = {full}")
+                     f"(B, h, L_q, L_k) = {full}")
     if key_padding_mask is not None:
         if key_padding_mask.dtype != "bool":
             fail(op, f"argument 'key_padding_mask' must be boolean (True = key present), got "
-                      f"dtype {key_padding_mask.dtype} with shape {key_padding_mask.shape}")
+                     f"dtype {key_padding_mask.dtype} with shape {key_padding_mask.shape}")
         if key_padding_mask.shape != (dims.batch, dims.len_k):
             fail(op, f"argument 'key_padding_mask' must have shape (B, L_k) = "
-                      f"{(dims.batch, dims.len_k)}, got {key_padding_mask.shape}")
+                     f"{(dims.batch, dims.len_k)}, got {key_padding_mask.shape}")
     if legacy_mask is not None and dtype == "float16":
         fail(op, f"argument 'legacy_mask' with shape {legacy_mask.shape} cannot be used with float16 "
-                  "inputs: -1e9 overflows float16 to -inf and 0 * -inf is NaN (spec MASK-4); pass "
-                  "mask=(legacy_mask == 0)")
+                 "inputs: -1e9 overflows float16 to -inf and 0 * -inf is NaN (spec MASK-4); pass "
+                 "mask=(legacy_mask == 0)")
     if causal not in CAUSAL_VALUES:
         fail(op, f"argument 'causal' must be None, 'top_left' or 'bottom_right', got {causal!r}")
 
@@ -154,13 +154,13 @@ def check_sdpa(q: Arg, k: Arg, v: Arg, *, mask: Arg | None = None, bias: Arg | N
     _check_floats(op, [q, k, v])
     if not (q.shape[0] == k.shape[0] == v.shape[0]) or not (q.shape[1] == k.shape[1] == v.shape[1]):
         fail(op, f"arguments 'q', 'k', 'v' must share batch and head axes (B, h), got shapes "
-                  f"{q.shape}, {k.shape}, {v.shape}")
+                 f"{q.shape}, {k.shape}, {v.shape}")
     if k.shape[2] != v.shape[2]:
         fail(op, f"arguments 'k' and 'v' must have the same length L_k (axis 2), got shapes "
-                  f"{k.shape} and {v.shape}")
+                 f"{k.shape} and {v.shape}")
     if q.shape[3] != k.shape[3]:
         fail(op, f"arguments 'q' and 'k' must have the same width d_k (axis 3), got shapes "
-                  f"{q.shape} and {k.shape}")
+                 f"{q.shape} and {k.shape}")
     dims = Dims(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
     _check_masks(op, dims, q.dtype, mask, bias, legacy_mask, key_padding_mask, causal)
     check_scale(op, scale)
@@ -177,7 +177,7 @@ def check_heads(op: str, x: Arg, num_heads=None) -> int | None:
     num_heads = check_num_heads(op, num_heads)
     if x.shape[2] % num_heads:
         fail(op, f"argument 'num_heads' = {num_heads} does not divide the last axis of "
-                  f"'{x.name}' with shape {x.shape}")
+                 f"'{x.name}' with shape {x.shape}")
     return num_heads
 
 
@@ -204,17 +204,17 @@ def check_mha(query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None], *
     _check_floats(op, [query, key, value, *weights, *biases])
     if not (query.shape[0] == key.shape[0] == value.shape[0]):
         fail(op, f"arguments 'query', 'key', 'value' must share the batch axis B, got shapes "
-                  f"{query.shape}, {key.shape}, {value.shape}")
+                 f"{query.shape}, {key.shape}, {value.shape}")
     if key.shape[1] != value.shape[1]:
         fail(op, f"arguments 'key' and 'value' must have the same length L_k (axis 1), got shapes "
-                  f"{key.shape} and {value.shape}")
+                 f"{key.shape} and {value.shape}")
     num_heads = check_num_heads(op, num_heads)
     g = num_heads if num_kv_heads is None else _check_kv_heads(op, num_kv_heads, num_heads)
     w_q, w_k, w_v, w_o = weights
     for x, w in ((query, w_q), (key, w_k), (value, w_v)):
         if w.shape[0] != x.shape[2]:
             fail(op, f"argument '{w.name}' with shape {w.shape} does not fit '{x.name}' with shape "
-                      f"{x.shape}: its rows must equal the input width {x.shape[2]}")
+                     f"{x.shape}: its rows must equal the input width {x.shape[2]}")
     if num_kv_heads is None:
         d_k, d_v = _head_widths(op, w_q, w_k, w_v, w_o, num_heads)
     else:
@@ -223,7 +223,7 @@ def check_mha(query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None], *
         b = params.get(bname)
         if b is not None and b.shape != (w.shape[1],):
             fail(op, f"argument '{bname}' with shape {b.shape} must have shape ({w.shape[1]},) "
-                      f"to match '{w.name}' with shape {w.shape}")
+                     f"to match '{w.name}' with shape {w.shape}")
     dims = Dims(query.shape[0], num_heads, query.shape[1], key.shape[1], d_k, d_v)
     _check_masks(op, dims, query.dtype, mask, bias, legacy_mask, key_padding_mask, causal)
     check_scale(op, scale)
@@ -235,7 +235,7 @@ def _check_kv_heads(op: str, num_kv_heads, num_heads: int) -> int:
     g = as_int(num_kv_heads)
     if g is None or g < 1 or num_heads % g:
         fail(op, f"argument 'num_kv_heads' must be a positive integer dividing num_heads = "
-                  f"{num_heads}, got {num_kv_heads!r}")
+                 f"{num_heads}, got {num_kv_heads!r}")
     return g
 
 
@@ -243,14 +243,14 @@ def _head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int) -> tup
     """(d_k, d_v) of multi-head attention: W_q, W_k (., h*d_k), W_v (., h*d_v), W_o (h*d_v, .)."""
     if w_q.shape[1] != w_k.shape[1]:
         fail(op, f"arguments 'w_q' and 'w_k' must have the same column count h*d_k, got shapes "
-                  f"{w_q.shape} and {w_k.shape}")
+                 f"{w_q.shape} and {w_k.shape}")
     for w in (w_q, w_v):
         if w.shape[1] % h:
             fail(op, f"argument 'num_heads' = {h} does not divide the column count of "
-                      f"'{w.name}' with shape {w.shape}")
+                     f"'{w.name}' with shape {w.shape}")
     if w_o.shape[0] != w_v.shape[1]:
         fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {w_v.shape[1]} rows "
-                  f"to match 'w_v' with shape {w_v.shape}")
+                 f"to match 'w_v' with shape {w_v.shape}")
     return w_q.shape[1] // h, w_v.shape[1] // h
 
 
@@ -260,16 +260,16 @@ def _grouped_head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int
     W_v (., g*d_v), W_o (h*d_v, .)."""
     if w_q.shape[1] % h:
         fail(op, f"argument 'num_heads' = {h} does not divide the column count of 'w_q' "
-                  f"with shape {w_q.shape}")
+                 f"with shape {w_q.shape}")
     d_k = w_q.shape[1] // h
     if w_k.shape[1] != g * d_k:
         fail(op, f"argument 'w_k' with shape {w_k.shape} must have num_kv_heads*d_k = {g}*{d_k} "
-                  f"columns with num_kv_heads = {g} and 'w_q' with shape {w_q.shape}")
+                 f"columns with num_kv_heads = {g} and 'w_q' with shape {w_q.shape}")
     if w_v.shape[1] % g:
         fail(op, f"argument 'num_kv_heads' = {g} does not divide the column count of 'w_v' "
-                  f"with shape {w_v.shape}")
+                 f"with shape {w_v.shape}")
     d_v = w_v.shape[1] // g
     if w_o.shape[0] != h * d_v:
         fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {h}*{d_v} rows "
-                  f"with num_kv_heads = {g} and 'w_v' with shape {w_v.shape}")
+                 f"with num_kv_heads = {g} and 'w_v' with shape {w_v.shape}")
     return d_k, d_v

@@ -48,21 +48,7 @@ testable = true
 
 
 def test_duplicate_clause_id_is_rejected():
-    toml = """
-[spec]
-name = "mhaspec"
-version = "9.9"
-status = "draft"
-title = "t"
-[[chapter]]
-id = "A"
-title = "a"
-[[clause]]
-id = "A-1"
-chapter = "A"
-title = "x"
-text = "x"
-testable = true
+    toml = MINIMAL.format(status="draft") + """
 [[clause]]
 id = "A-1"
 chapter = "A"
