@@ -76,10 +76,25 @@ class ArrayBackend(Backend):
                              f"got {algorithm!r}") from None
         self.name = name or f"{self.framework_label}-{self._algorithm.value}"
 
+    #: what only ``ArrayBackend.__init__`` sets: a subclass that redefines one is refused
+    _ALGORITHM_MEMBERS = frozenset({"algorithm", "_algorithm", "_batched"})
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        redefined = sorted(ArrayBackend._ALGORITHM_MEMBERS & set(vars(cls)))
+        if redefined:
+            raise TypeError(f"{cls.__name__} redefines {redefined}: choose the algorithm by "
+                            f"passing it to ArrayBackend.__init__")
+
+    def __setattr__(self, name, value):
+        if name == "_algorithm" and "_algorithm" in vars(self):
+            raise AttributeError(f"{self.name}: the algorithm is chosen once, at construction")
+        super().__setattr__(name, value)
+
     @property
     def algorithm(self) -> Algorithm:
-        """The algorithm this backend runs (read-only: a subclass cannot change it after
-        construction)."""
+        """The algorithm this backend runs (read-only: set once by ``__init__``; a subclass can
+        neither reassign nor redefine it)."""
         return self._algorithm
 
     @property

@@ -140,6 +140,18 @@ def test_the_algorithm_cannot_be_reassigned(name):
         backend.algorithm = Algorithm.PER_HEAD
 
 
+def test_the_algorithm_cannot_be_changed_after_construction_or_redefined():
+    from mhaspec.backends.np_backend import NumpyBackend
+
+    backend = NumpyBackend(Algorithm.BATCHED)
+    with pytest.raises(AttributeError, match="chosen once"):
+        backend._algorithm = Algorithm.PER_HEAD
+    for member in ("algorithm", "_algorithm", "_batched"):
+        with pytest.raises(TypeError, match="redefines"):
+            type("Sneaky", (NumpyBackend,), {member: property(lambda self: Algorithm.PER_HEAD)})
+    assert backend.algorithm is Algorithm.BATCHED
+
+
 def test_an_unknown_algorithm_is_rejected():
     from mhaspec.backends.np_backend import NumpyBackend
 
