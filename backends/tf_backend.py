@@ -122,8 +122,14 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         self._compiled: dict[str, object] = {}
 
     def _compile(self, key, fn):
+        """``fn`` as a ``tf.function``, made once per key, without autograph: the algorithms'
+        Python control flow depends on shapes only, so tracing runs it as written, and nothing
+        re-reads the source file (autograph converts a function from its source text on disk: a
+        ``_generic.py`` edited while a suite ran made it convert the text now at ``_mha``'s old
+        lines, ``_sdpa``, and fail with "takes from 4 to 5 positional arguments but 8 were
+        given")."""
         if key not in self._compiled:
-            self._compiled[key] = _tf().function(fn)
+            self._compiled[key] = _tf().function(fn, autograph=False)
         return self._compiled[key]
 
     def _canonical(self, like, full, masks: MaskArgs) -> MaskArgs:
