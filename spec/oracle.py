@@ -81,6 +81,8 @@ class _Arith:
     def matmul(self, a, b):
         """a (..., n, d) @ b (..., d, m), or b (d, m)."""
         if not self.sequential:
+            if a.ndim > 2 and b.ndim == 2:  # one GEMM over all rows, not one BLAS call per batch item
+                return self.rnd((a.reshape(-1, a.shape[-1]) @ b).reshape(a.shape[:-1] + b.shape[-1:]))
             return self.rnd(a @ b)
         return _sequential_matmul(a, b, self.dtype)
 

@@ -36,14 +36,23 @@ def test_equals_numpy_on_the_source_documents_projection():
     assert not np.array_equal(blas, want)  # so the sequential float32 sum is what NumPy does
 
 
-def test_special_values_and_empty_inner_width():
+def test_special_values():
     a = np.array([[np.inf, 1.0], [-0.0, 60000.0], [np.nan, 0.0]], dtype=np.float16)
     b = np.array([[0.0, 1.0], [-1.0, 2.0]], dtype=np.float16)
     with np.errstate(invalid="ignore", over="ignore"):
         got, want = np_float16.matmul(a, b), np.matmul(a, b)
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
-    empty = np_float16.matmul(np.zeros((2, 0), np.float16), np.zeros((0, 3), np.float16))
-    np.testing.assert_array_equal(empty, np.zeros((2, 3), np.float16))
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 0), (0, 3)), ((0, 3, 4), (0, 4, 5)),
+                                              ((2, 0, 4), (4, 5)), ((2, 3, 4), (2, 4, 0)),
+                                              ((3, 1, 2, 4), (5, 4, 2))])
+def test_empty_and_broadcast_shapes(a_shape, b_shape):
+    rng = np.random.default_rng(0)
+    a, b = _random_pair(rng, a_shape, b_shape)
+    got, want = np_float16.matmul(a, b), np.matmul(a, b)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
 def test_mismatched_inner_widths_raise_naming_the_shapes():

@@ -31,6 +31,8 @@ def _dtype(precision):
 def textbook_matmul(a, b, precision):
     """a (..., n, d) @ b (d, m) or (..., d, m): BLAS, or dot products summed left to right."""
     if precision != "float32-sequential":
+        if a.ndim > 2 and b.ndim == 2:  # the oracle's projections: one GEMM over B * L rows
+            return _round(precision)((a.reshape(-1, a.shape[-1]) @ b).reshape(a.shape[:-1] + b.shape[-1:]))
         return _round(precision)(a @ b)
     out = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-2] + (1,))[:-1]
                    + (a.shape[-2], b.shape[-1]), dtype=np.float32)
