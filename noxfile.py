@@ -72,9 +72,11 @@ def parallel(posargs: list[str]) -> tuple[list[str], dict[str, str]]:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The project's own tests with every framework installed (native-op adapters, JAX compile
-    budget, oracle vs mpmath, spec data, broken backends rejected); only GPU tests may skip."""
-    install(session, *FRAMEWORKS)
+    """The project's own tests with every framework and the citation validator installed
+    (native-op adapters, JAX compile budget, oracle vs mpmath, spec data, CITATION.cff, broken
+    backends rejected); GPU tests skip without a GPU, the browser check without Chromium (the
+    ``docs_browser`` session requires it)."""
+    install(session, *FRAMEWORKS, groups=("test", "docs"))
     session.run("pytest", *session.posargs)
 
 
