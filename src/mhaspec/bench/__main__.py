@@ -30,6 +30,9 @@ D_MODEL, HEADS = 512, 8
 SWEEP_L = (128, 256, 512, 1024, 2048, 4096)
 QUICK_L = (256, 1024)
 LONG_L = 16384  # the chunked backend's memory point (B=1)
+CHUNKED_PAIR_L = 4096  # where numpy-chunked is timed against numpy-batched in alternating blocks
+CHUNKED_SPEED_TARGET = 0.8  # numpy-chunked at least this fast as numpy-batched there
+CHUNKED_MEMORY_TARGET_MIB = 256  # and adding less than this at L = LONG_L
 TOKENS = 4096  # sweep batch: B = max(1, TOKENS // L)
 
 FRAMEWORKS = {
@@ -208,6 +211,7 @@ def report(data: dict) -> str:
         out += ["### Forward GFLOP/s", "", md_table(hdr, rows_g), "",
                 "### Forward + backward time, ms", "", md_table(hdr, rows_b), "",
                 "### Peak memory of one forward call, MiB", "", md_table(hdr, rows_m), ""]
+    out += chunked_section(data)
     long = data.get("long")
     if long:
         b, n = 1, long["L"]
@@ -223,6 +227,48 @@ def report(data: dict) -> str:
                            f"{b}·{HEADS}·{n}²·4 bytes"]]), ""]
     out += ["![time and memory vs L](generated/bench.png)", ""]  # as included in docs/benchmarks.md
     return "\n".join(out)
+
+
+def chunked_ratios(data: dict) -> dict:
+    """numpy-chunked against numpy-batched in this run: ``{"pair": (L, batched time / chunked
+    time) timed in alternating blocks or None, "sweep": {L: the same from the sweep},
+    "long_peak_mib": peak MiB one L=16384 chunked call adds or None}``."""
+    fwd = {(r["name"], r["L"]): r.get("median_s") for r in data["timings"] if not r["backward"]}
+    sweep = {s[1]: fwd[("numpy-batched", s[1])] / fwd[("numpy-chunked", s[1])] for s in data["sizes"]
+             if fwd.get(("numpy-batched", s[1])) and fwd.get(("numpy-chunked", s[1]))}
+    pair = data.get("chunked_pair") or {}
+    times = pair.get("median_s", {})
+    both = "numpy-batched" in times and "numpy-chunked" in times
+    peak = ((data.get("long") or {}).get("chunked") or {}).get("added_rss_bytes")
+    return {"pair": (pair["L"], times["numpy-batched"] / times["numpy-chunked"]) if both else None,
+            "sweep": sweep, "long_peak_mib": None if peak is None else peak / 2 ** 20}
+
+
+def chunked_section(data: dict) -> list[str]:
+    """The online-softmax backend's two targets, from this run: speed relative to numpy-batched
+    (at least 0.8x at L = 4096) and the memory one L = 16384 call adds (under 256 MiB)."""
+    r = chunked_ratios(data)
+    lines = ["## numpy-chunked against numpy-batched (same run)", ""]
+    if r["pair"]:
+        length, ratio = r["pair"]
+        verdict = "meets" if ratio >= CHUNKED_SPEED_TARGET else "misses"
+        lines += [f"At L = {length} (B = {max(1, TOKENS // length)}), timed in alternating blocks in "
+                  f"one process: numpy-chunked runs at **{ratio:.2f}×** numpy-batched's speed "
+                  f"(batched time / chunked time; {verdict} the target of at least "
+                  f"{CHUNKED_SPEED_TARGET}×).", ""]
+    if r["sweep"]:
+        lines += ["The same ratio from the sweep above (each size timed once, one variant after "
+                  "the other):", "",
+                  md_table(["L", *(str(n) for n in r["sweep"])],
+                           [["chunked / batched speed", *(fmt_x(x) for x in r["sweep"].values())]]),
+                  ""]
+    if r["long_peak_mib"] is not None:
+        verdict = "under" if r["long_peak_mib"] < CHUNKED_MEMORY_TARGET_MIB else "over"
+        lines += [f"Peak memory one numpy-chunked call adds at L = {LONG_L}: "
+                  f"**{r['long_peak_mib']:.0f} MiB** ({verdict} the target of "
+                  f"{CHUNKED_MEMORY_TARGET_MIB} MiB; numpy-batched's (B, h, L, L) float32 weights "
+                  "alone would take 8 GiB).", ""]
+    return lines if len(lines) > 2 else []
 
 
 def _load(x) -> str:
@@ -356,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     data = {"argv": argv, "machine": machine_info(), "sizes": sizes, "slow_s": slow,
-            "roof": {}, "timings": [], "memory": [], "headline": None, "long": None}
+            "roof": {}, "timings": [], "memory": [], "headline": None, "long": None,
+            "chunked_pair": None}
     log(f"sizes {sizes}; frameworks {frameworks}")
     measure_roof(data, frameworks)
     if "torch" in frameworks:
@@ -374,6 +421,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         data["timings"] += r["results"]
         log(f"{fw} timed ({len(r['results'])} rows, {time.time() - t_start:.0f} s so far)")
+    if "numpy" in frameworks:
+        length = CHUNKED_PAIR_L if not a.quick else max(lengths)
+        data["chunked_pair"] = run_worker(["pair", "numpy-batched,numpy-chunked",
+                                           str(max(1, TOKENS // length)), str(length), str(D_MODEL),
+                                           str(HEADS), "3" if a.quick else "5"], 1200)
+        log(f"numpy-chunked vs numpy-batched at L={length}: {data['chunked_pair']}")
     if not a.no_memory:
         timed = {(r["name"], r["L"]) for r in data["timings"] if "median_s" in r}
         names = [n for n in MEMORY if any(n in FRAMEWORKS[f] for f in frameworks)]

@@ -5,7 +5,8 @@ Axis legend: B batch, L sequence length (self-attention, L_q = L_k = L), h heads
 ``python -m mhaspec.bench._worker time FRAMEWORK SPEC`` times every variant of one framework over the
 sizes in SPEC (JSON); ``memory NAME B L ...`` runs one forward pass of one variant and reports the
 peak resident memory it added (and tracemalloc's peak for NumPy variants); ``headline ...`` times
-NumPy batched, NumPy per-head and PyTorch's fused ``nn.MultiheadAttention`` in one process.
+NumPy batched, NumPy per-head and PyTorch's fused ``nn.MultiheadAttention`` in one process;
+``pair NAME,NAME B L D_MODEL H ROUNDS`` times variants against each other in one process.
 """
 
 from __future__ import annotations
@@ -256,20 +257,32 @@ def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int) -> 
             "tracemalloc_peak_bytes": traced, "time_s": elapsed}
 
 
+def alternate(calls: dict, rounds: int) -> dict:
+    """Time each zero-argument call of ``calls`` (name -> call) in alternating blocks, ``rounds``
+    blocks each, so that a burst of load from other work hits them alike: ``{"median_s": {name:
+    median of the block medians}, "block_medians_s": {name: [...]}}``."""
+    times = {n: [] for n in calls}
+    for _ in range(rounds):
+        for n, call in calls.items():
+            r = timeit(call, warmup=2, min_reps=5, max_reps=15, min_time=0.3)
+            times[n].append(r["median_s"])
+    return {"median_s": {n: float(np.median(v)) for n, v in times.items()}, "block_medians_s": times}
+
+
 def cmd_headline(batch: int, length: int, d_model: int, heads: int, rounds: int) -> dict:
     """NumPy batched, NumPy per-head and torch nn.MultiheadAttention (fast path), timed in
     alternating blocks in one process, torch with NumPy's thread count."""
     names = ["numpy-batched", "numpy-perhead", "torch-native-mha"]
-    calls = {n: make_call(n, batch, length, d_model, heads) for n in names}
-    times = {n: [] for n in names}
-    for _ in range(rounds):
-        for n in names:
-            r = timeit(calls[n], warmup=2, min_reps=5, max_reps=15, min_time=0.3)
-            times[n].append(r["median_s"])
+    result = alternate({n: make_call(n, batch, length, d_model, heads) for n in names}, rounds)
     torch = torch_module()
-    return {"threads": {"numpy_blas": blas_threads(), "torch": torch.get_num_threads()},
-            "median_s": {n: float(np.median(v)) for n, v in times.items()},
-            "block_medians_s": times}
+    return {"threads": {"numpy_blas": blas_threads(), "torch": torch.get_num_threads()}, **result}
+
+
+def cmd_pair(names: list[str], batch: int, length: int, d_model: int, heads: int,
+             rounds: int) -> dict:
+    """Variants ``names`` at one size, timed in alternating blocks in one process."""
+    calls = {n: make_call(n, batch, length, d_model, heads) for n in names}
+    return {"B": batch, "L": length, "threads": blas_threads(), **alternate(calls, rounds)}
 
 
 def main(argv: list[str]) -> None:
@@ -282,6 +295,8 @@ def main(argv: list[str]) -> None:
         out = cmd_memory(argv[1], *(int(a) for a in argv[2:6]))
     elif cmd == "headline":
         out = cmd_headline(*(int(a) for a in argv[1:6]))
+    elif cmd == "pair":
+        out = cmd_pair(argv[1].split(","), *(int(a) for a in argv[2:7]))
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     print("@@RESULT@@" + json.dumps(out))
