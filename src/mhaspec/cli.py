@@ -1,9 +1,11 @@
-"""``mhaspec``: certify a backend, verify a certificate, replay a failure, list backends.
+"""``mhaspec``: the command line of the conformance suite.
 
     mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--output-dir DIR]
-    mhaspec verify CERT.json
-    mhaspec replay FAILURE.npz [--backend NAME|module:attr]
+    mhaspec verify CERT.json [--markdown CERT.md] [--signature CERT.json.sig --allowed-signers FILE --identity ID]
+    mhaspec sign CERT.json --key KEY
+    mhaspec replay FAILURE.npz --backend NAME|module:attr | --recorded-backend [--max-bytes N]
     mhaspec backends
+    mhaspec matrix | soak | bench | tolerance-study | errors-table | conventions [ARGS]
 
 Exit status: 0 success (certify: every claimed clause passes), 1 the backend does not conform or a
 replayed case still fails, 2 bad usage or input (one line on stderr, no traceback).
@@ -13,37 +15,36 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
+import os
 import pathlib
 import platform
 import random
-import subprocess
 import sys
 import tempfile
 
 from mhaspec import __version__, certificate
+from mhaspec.usage import ArgumentParser, UsageError, load_backend, one_line, printable
 
-
-class UsageError(Exception):
-    """Bad input from the user: reported as one line, exit status 2."""
+#: ``mhaspec <command>`` -> (module whose ``main(argv) -> int`` runs it, one-line help). Imported
+#: only when the command runs, so one tool's missing optional dependency is that tool's error.
+TOOLS = {
+    "matrix": ("mhaspec.matrix", "conformance matrix of every registered backend"),
+    "soak": ("mhaspec.soak", "run the suite for hours and collect rare failures"),
+    "bench": ("mhaspec.bench.__main__", "speed and memory of the backends, side by side"),
+    "tolerance-study": ("mhaspec.tolerance_study", "measure NUM-3 error ratios over many cases"),
+    "errors-table": ("mhaspec.errors_table", "the table of invalid inputs and their errors"),
+    "conventions": ("mhaspec.conventions", "check the native ops' translated conventions"),
+}
 
 
 def _load(ref: str):
-    from mhaspec.backends import BackendLoadError, load_backend
-
-    try:
-        return load_backend(ref)
-    except BackendLoadError as exc:
-        raise UsageError(str(exc)) from None
+    return load_backend(ref)
 
 
 def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=pathlib.Path(__file__).resolve().parent)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return certificate.git_commit()
 
 
 def _device_name(backend, device: str) -> str:
@@ -125,43 +126,119 @@ def cmd_certify(args) -> int:
     return 0 if conforms else 1
 
 
+def _read_certificate(path: pathlib.Path, max_bytes: int) -> tuple[bytes, dict]:
+    """The file's bytes and its parsed JSON (schema and digest checked)."""
+    try:
+        if path.is_dir():
+            raise UsageError(f"{printable(path)} is a directory, not a certificate")
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise UsageError(f"{printable(path)} is {size} bytes, over the limit of {max_bytes} "
+                             f"(raise it with --max-bytes)")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read certificate {printable(path)}: {one_line(exc.strerror or exc)}") from None
+    try:
+        cert = certificate.verify(certificate.loads(data))
+    except certificate.CertificateError as exc:
+        raise UsageError(f"{printable(path)}: {printable(one_line(exc), limit=400)}") from None
+    return data, cert
+
+
 def cmd_verify(args) -> int:
     path = pathlib.Path(args.certificate)
+    signing = (args.signature, args.allowed_signers, args.identity)
+    if any(signing) and not all(signing):
+        raise UsageError("--signature, --allowed-signers and --identity go together")
+    data, cert = _read_certificate(path, args.max_bytes)
     try:
-        cert = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read certificate {path}: {exc}") from None
-    try:
-        certificate.verify(cert)
+        checked = certificate.check_consistency(cert)
     except certificate.CertificateError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-    print(f"{path}: valid certificate for {cert['backend']['name']} "
-          f"({cert['summary']['verdict']}, spec {cert['spec']['version']}, sha256 {cert['sha256'][:16]}...)")
+        raise UsageError(f"{printable(path)}: inconsistent certificate: "
+                         f"{printable(one_line(exc), limit=400)}") from None
+    b = cert["backend"]
+    lines = [f"{printable(path)}: certificate for {printable(b['name'])} ({printable(b['framework'])} "
+             f"{printable(b['framework_version'])}): {cert['summary']['verdict']} against spec "
+             f"{cert['spec']['version']}",
+             f"schema: matches {certificate.SCHEMA_ID}",
+             f"integrity: the body hashes to the recorded SHA-256 {cert['sha256']}", *checked]
+    if args.markdown:
+        md = pathlib.Path(args.markdown)
+        try:
+            text = md.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {printable(md)}: {one_line(exc)}") from None
+        if text != certificate.to_markdown(cert):
+            raise UsageError(f"{printable(md)} is not the Markdown rendering of {printable(path)}")
+        lines.append(f"markdown: {printable(md)} is the rendering of the JSON")
+    if args.signature:
+        try:
+            said = certificate.check_signature(data, pathlib.Path(args.signature),
+                                               pathlib.Path(args.allowed_signers), args.identity)
+        except certificate.CertificateError as exc:
+            raise UsageError(f"{printable(args.signature)}: {printable(one_line(exc), limit=400)}") from None
+        lines.append(f"authenticity: signed by {printable(args.identity)} with a key listed in "
+                     f"{printable(args.allowed_signers)} ({printable(said)})")
+    else:
+        lines.append("authenticity: NOT checked (no --signature): anyone can write a certificate "
+                     "that passes the checks above")
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_sign(args) -> int:
+    path = pathlib.Path(args.certificate)
+    _, cert = _read_certificate(path, certificate.MAX_BYTES)
+    try:
+        certificate.check_consistency(cert)
+        sig = certificate.sign(path, pathlib.Path(args.key))
+    except certificate.CertificateError as exc:
+        raise UsageError(f"{printable(path)}: {printable(one_line(exc), limit=400)}") from None
+    print(f"{printable(path)}: signed, signature {printable(sig)} (namespace "
+          f"{certificate.SIGNATURE_NAMESPACE})")
     return 0
 
 
 def cmd_replay(args) -> int:
-    from mhaspec.conformance import replay
+    from mhaspec.replay import replay
 
-    try:
-        ok = replay.replay_file(args.file, backend=args.backend)
-    except replay.ReplayError as exc:
-        raise UsageError(str(exc)) from None
-    return 0 if ok else 1
+    return replay(args.file, backend=args.backend, recorded_backend=args.recorded_backend,
+                  max_bytes=args.max_bytes)
 
 
 def cmd_backends(args) -> int:
     from mhaspec.backends import registered_backends
 
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up log, not a reason
     for name, target in sorted(registered_backends().items()):
-        print(f"{name:16} {target}")
+        try:
+            backend = load_backend(name)
+            devices = {d: list(backend.dtypes(d)) for d, why in backend.devices().items() if why is None}
+            state = "available " + "; ".join(f"{d}: {', '.join(t)}" for d, t in devices.items())
+        except UsageError as exc:
+            state = f"unavailable: {printable(exc, limit=160)}"
+        except Exception as exc:  # noqa: BLE001 - devices() or dtypes() of a broken backend
+            state = f"unavailable: {type(exc).__name__}: {printable(one_line(exc), limit=160)}"
+        print(f"{printable(name):16} {printable(target):44} {state}")
     return 0
 
 
+def _byte_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mhaspec", description=__doc__.split("\n\n")[0])
+    from mhaspec.conformance.failure_file import DEFAULT_MAX_BYTES
+
+    p = ArgumentParser(prog="mhaspec", description="The command line of the mhaspec conformance suite.")
     p.add_argument("--version", action="version", version=f"mhaspec {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("certify", help="run the suite on a backend and write a certificate")
     c.add_argument("backend", help="registered backend name or module:attr")
     c.add_argument("--profile", default="certify", choices=["dev", "ci", "certify"])
@@ -169,34 +246,67 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--output-dir", default="certificates", help="where to write NAME.json and NAME.md")
     c.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -n 2")
     c.set_defaults(func=cmd_certify)
-    v = sub.add_parser("verify", help="check a certificate's schema and SHA-256")
+    v = sub.add_parser("verify", help="check a certificate's integrity and consistency "
+                                      "(and its signature when given)")
     v.add_argument("certificate")
+    v.add_argument("--markdown", help="also check that this file is the Markdown rendering of the JSON")
+    v.add_argument("--signature", help="a detached OpenSSH signature of the certificate (mhaspec sign)")
+    v.add_argument("--allowed-signers", help="ssh-keygen allowed_signers file of the keys you trust")
+    v.add_argument("--identity", help="the signer's identity in the allowed_signers file")
+    v.add_argument("--max-bytes", type=_byte_count, default=certificate.MAX_BYTES,
+                   help=f"largest certificate read (default {certificate.MAX_BYTES})")
     v.set_defaults(func=cmd_verify)
-    r = sub.add_parser("replay", help="replay a saved failing case")
+    s = sub.add_parser("sign", help="sign a certificate with an OpenSSH key (ssh-keygen -Y sign)")
+    s.add_argument("certificate")
+    s.add_argument("--key", required=True, help="OpenSSH private key file (ssh-keygen -t ed25519)")
+    s.set_defaults(func=cmd_sign)
+    r = sub.add_parser("replay", help="replay a saved failing case on a backend you name")
     r.add_argument("file", help="a .npz written by a failing conformance run")
-    r.add_argument("--backend", default=None, help="backend to replay on (default: the one recorded)")
+    r.add_argument("--backend", default=None, help="backend to replay on: registered name or module:attr")
+    r.add_argument("--recorded-backend", action="store_true",
+                   help="replay on the backend the file records, if it is a registered name "
+                        "(a module:attr from a file is never imported)")
+    r.add_argument("--max-bytes", type=_byte_count, default=DEFAULT_MAX_BYTES,
+                   help=f"largest total size of the file's arrays (default {DEFAULT_MAX_BYTES})")
     r.set_defaults(func=cmd_replay)
-    b = sub.add_parser("backends", help="list registered backends")
+    b = sub.add_parser("backends", help="list registered backends and whether each is available")
     b.set_defaults(func=cmd_backends)
+    for name, (_, text) in TOOLS.items():
+        sub.add_parser(name, help=f"{text} (mhaspec {name} --help)", add_help=False)
     return p
+
+
+def run_tool(name: str, argv: list[str]) -> int:
+    """Run ``mhaspec <name>`` (one of :data:`TOOLS`): its module's ``main(argv)``."""
+    module_name = TOOLS[name][0]
+    try:
+        main_of = importlib.import_module(module_name).main
+        return int(main_of(argv) or 0)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"mhaspec {name} needs the module {exc.name!r}, which is not installed") from None
+    except AttributeError:
+        raise UsageError(f"mhaspec {name}: {module_name} has no main(argv)") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    # argparse gives a positional nargs="*" nothing after "--" once an option follows the backend
-    # (`certify X --profile ci -- -k SDPA`), so the pytest arguments are split off here
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    if "--" in argv:
-        argv = argv[:argv.index("--")]
-    args = parser().parse_args(argv)
-    if extra:
-        if args.command != "certify":
-            parser().error(f"arguments after '--' are passed to pytest by certify only, not {args.command}")
-        args.pytest_args = [*args.pytest_args, *extra]
     try:
+        if argv and argv[0] in TOOLS:
+            return run_tool(argv[0], argv[1:])
+        # argparse gives a positional nargs="*" nothing after "--" once an option follows the
+        # backend (`certify X --profile ci -- -k SDPA`), so the pytest arguments are split off here
+        extra = argv[argv.index("--") + 1:] if "--" in argv else []
+        if "--" in argv:
+            argv = argv[:argv.index("--")]
+        args = parser().parse_args(argv)
+        if extra:
+            if args.command != "certify":
+                raise UsageError(f"arguments after '--' are passed to pytest by certify only, "
+                                 f"not {args.command}")
+            args.pytest_args = [*args.pytest_args, *extra]
         return args.func(args)
     except UsageError as exc:
-        print(f"mhaspec: error: {exc}", file=sys.stderr)
+        print(f"mhaspec: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
 

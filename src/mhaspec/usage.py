@@ -1,0 +1,66 @@
+"""What every ``mhaspec`` command shares for talking to its user.
+
+* :class:`UsageError`: bad input from the user; the command line prints it as one line on stderr
+  and exits with status 2 (no traceback).
+* :class:`ArgumentParser`: argparse with one-line errors (``mhaspec: error: ...``, status 2)
+  instead of the multi-line usage block.
+* :func:`printable`: a string from a file or a backend, safe to print on a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line on stderr (status 2), naming the command."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"mhaspec: error: {self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(text: object) -> str:
+    """``text`` with its whitespace runs (newlines included) collapsed to single spaces."""
+    return " ".join(str(text).split())
+
+
+def printable(text: object, limit: int = 200) -> str:
+    """``text`` with control characters (terminal escape codes, newlines) written as escapes, and
+    cut at ``limit`` characters: what a file or a backend names can then not drive the terminal."""
+    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                  for c in str(text))
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``message`` as a usage error and exit with status 2 (for a tool's ``main``)."""
+    print(f"mhaspec: error: {one_line(message)}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def load_backend(ref: str):
+    """The backend ``ref`` names (registered name or ``module:attr``), with its framework version
+    read once; any failure -- an import that raises, a constructor or ``framework_version()``
+    that raises, a protocol member missing -- is a :class:`UsageError` naming the backend."""
+    from mhaspec.backends import BackendLoadError
+    from mhaspec.backends import load_backend as load
+
+    try:
+        backend = load(ref)
+    except BackendLoadError as exc:
+        raise UsageError(one_line(exc)) from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the backend's own code failed
+        raise UsageError(f"backend {printable(ref)} failed to load: {type(exc).__name__}: "
+                         f"{printable(one_line(exc))}") from None
+    try:
+        str(backend.framework_version())
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"backend {printable(ref)}: framework_version() raised "
+                         f"{type(exc).__name__}: {printable(one_line(exc))}") from None
+    return backend
