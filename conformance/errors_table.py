@@ -10,7 +10,7 @@ import sys
 from mhaspec.backends import load_backend
 
 from . import harness
-from .test_errors import BAD_INPUTS, _call
+from .test_errors import BAD_INPUTS, invalid_call
 
 
 def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
@@ -23,7 +23,7 @@ def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
         impl = harness.Impl(backend, "cpu", "float16" if clause == "ERR-9" else dtype)
         for bad in entries:
             try:
-                _call(impl, op, bad)
+                invalid_call(impl, op, bad)
                 raised = "**no error**"
             except Exception as exc:  # noqa: BLE001 - the table reports whatever happens
                 raised = f"`{type(exc).__name__}`: {str(exc).replace('|', '/')}"

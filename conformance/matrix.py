@@ -32,7 +32,7 @@ from mhaspec.backends import BackendLoadError, MHAParams, load_backend, register
 from mhaspec.spec import load as load_spec
 
 from . import conventions
-from .plugin import SEVERITY
+from .verdicts import SEVERITY
 from .strategies import CaseSpec, build_case
 
 DEFAULT_OUT = pathlib.Path("docs/generated/matrix.md")

@@ -41,11 +41,8 @@ def measure(backends: list[str], cases: int, device: str = "cpu") -> dict:
             impl = harness.Impl(backend, device, dtype)
             for spec in specs:
                 case = impl.case(spec, "sdpa")
-                got = impl.sdpa(case)
-                exp = harness.oracle_result(case, "sdpa")
-                naive = harness.naive_results(case, "sdpa", dtype)
-                v = tolerance.judge(got.out, exp.out, [n.out for n in naive], dtype=dtype,
-                                    scale=harness._scale(case, "sdpa", exp))
+                got = harness.run(impl, "sdpa", case)
+                (_, v), *_ = harness.check(impl, case, got, op="sdpa", clause="NUM-3")
                 points.setdefault((name, dtype), []).append((v.ref_error, v.error))
     return points
 
