@@ -85,6 +85,9 @@ class Collector:
         self.started = time.monotonic()
         self.last_progress: dict[str, float] = {}
         self.hypothesis: dict = {}
+        self.selection: dict = {}
+        timeout = config.getoption("--mhaspec-call-timeout")
+        self.call_timeout: float | None = timeout or None
 
     def claimed(self) -> dict[str, dict[str, list[str]]]:
         """backend name -> available device -> claimed dtypes."""
@@ -110,6 +113,19 @@ class Collector:
         return verdicts.backend_report(self.results, load_spec(), self.claimed(), self.not_run())
 
     # hooks: the collector is registered as a plugin of its run (pytest_configure)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Record the Hypothesis settings as the run uses them (after every plugin's configure)."""
+        now = settings()
+        seed = self.config.getoption("hypothesis_seed", None)
+        self.hypothesis.update(max_examples=now.max_examples, derandomize=now.derandomize,
+                               phases=[p.name for p in now.phases],
+                               database=None if now.database is None else type(now.database).__name__,
+                               seed=None if seed is None else str(seed))
+        option = self.config.getoption
+        self.selection = {"keyword": option("keyword") or None, "markers": option("markexpr") or None,
+                          "deselect": list(option("deselect") or []),
+                          "dtypes": option("--mhaspec-dtypes")}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         info = dict(report.user_properties).get("mhaspec")
@@ -174,7 +190,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.register_profile(f"mhaspec-{profile}-{examples}", settings(), max_examples=examples)
         settings.load_profile(f"mhaspec-{profile}-{examples}")
     timeout = config.getoption("--mhaspec-call-timeout")
-    if not timeout >= 0:
+    if not timeout >= 0:  # also NaN
         raise pytest.UsageError(f"--mhaspec-call-timeout must be at least 0, got {timeout}")
     shapes = config.getoption("--mhaspec-shapes") or ("menu" if profile in ("ci", "triage") else "free")
     config.stash[SHAPES_KEY] = strategies.CI_SHAPES if shapes == "menu" else None
@@ -183,11 +199,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BACKENDS_KEY] = backends
     collector = Collector(config, backends)
     config.pluginmanager.register(collector, "mhaspec-collector")
-    now = settings()
-    collector.hypothesis = {"profile": profile, "max_examples": now.max_examples,
-                            "derandomize": now.derandomize,
-                            "phases": [p.name for p in now.phases],
-                            "shapes": shapes}
+    collector.hypothesis = {"profile": profile, "shapes": shapes}
     config.stash[COLLECTOR_KEY] = collector
     failures = config.getoption("--mhaspec-failures")
     config.stash[harness.SETTINGS_KEY] = harness.RunSettings(
@@ -203,7 +215,9 @@ def _backends(config: pytest.Config, refs: dict[str, str]) -> list:
     refs.update({b.name: getattr(provider, "refs", {}).get(b.name, b.name) for b in loaded})
     given = config.getoption("--backend")
     frameworks = set(config.getoption("--framework"))
-    for ref in given or ([] if loaded else registered_backends()):
+    provided = set(getattr(provider, "refs", {}).values())
+    for ref in [r for r in given if r not in provided] or ([] if loaded or given else
+                                                             registered_backends()):
         try:
             backend = load_backend(ref)
         except BackendLoadError as exc:

@@ -14,15 +14,11 @@ replayed case still fails, 2 bad usage or input (one line on stderr, no tracebac
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib
 import json
 import os
 import pathlib
-import platform
-import random
 import sys
-import tempfile
 
 from mhaspec import __version__, certificate
 from mhaspec.usage import ArgumentParser, UsageError, load_backend, one_line, printable
@@ -39,91 +35,10 @@ TOOLS = {
 }
 
 
-def _load(ref: str):
-    return load_backend(ref)
-
-
-def _git_commit() -> str | None:
-    return certificate.git_commit()
-
-
-def _device_name(backend, device: str) -> str:
-    if device == "cpu":
-        return platform.processor() or platform.machine()
-    try:
-        if backend.framework == "torch":
-            import torch
-
-            return torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - a name is informative only
-        pass
-    return device
-
-
 def cmd_certify(args) -> int:
-    from hypothesis import settings
+    from mhaspec.certify import cmd_certify as certify
 
-    from mhaspec.spec import load as load_spec
-
-    backend = _load(args.backend)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    out_dir = pathlib.Path(args.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    failures_dir = out_dir / f"{backend.name}-failures"
-    with tempfile.TemporaryDirectory() as tmp:
-        report = pathlib.Path(tmp) / "results.json"
-        pytest_args = ["--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
-                       "--backend", args.backend, "--mhaspec-profile", args.profile,
-                       "--mhaspec-report", str(report), "--mhaspec-failures", str(failures_dir),
-                       f"--hypothesis-seed={seed}", "-q", "--no-header", *args.pytest_args]
-        print(f"mhaspec certify: {backend.name} against spec {load_spec().version}, profile "
-              f"{args.profile}, seed {seed}", flush=True)
-        import pytest
-
-        code = pytest.main(pytest_args)
-        if not report.exists():
-            raise UsageError(f"the conformance run did not complete (pytest exit status {int(code)})")
-        results = json.loads(report.read_text("utf-8"))
-    spec = load_spec()
-    devices = backend.devices()
-    dtypes = {d: list(backend.dtypes(d)) for d, why in devices.items() if why is None}
-    clauses = certificate.clause_verdicts(results, spec, dtypes)
-    counts: dict[str, int] = {}
-    for c in clauses:
-        counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
-    conforms = not counts.get("fail") and not counts.get("stale-deviation") and bool(counts.get("pass"))
-    body = {
-        "schema": certificate.SCHEMA_ID,
-        "spec": {"name": spec.name, "version": spec.version},
-        "suite": {"version": __version__, "git_commit": _git_commit()},
-        "backend": {"ref": args.backend, "name": backend.name, "framework": backend.framework,
-                    "framework_version": str(backend.framework_version()),
-                    "protocol_version": int(getattr(backend, "protocol_version", 1)),
-                    "capabilities": sorted(backend.capabilities),
-                    "deviations": dict(sorted(backend.deviations.items()))},
-        "environment": {
-            "python": platform.python_version(), "platform": platform.platform(),
-            "devices": {d: {"name": _device_name(backend, d), "dtypes": dtypes[d],
-                            "precision_flags": {k: str(v) for k, v in
-                                                backend.precision_flags(d).items()}}
-                        for d in dtypes},
-            "unavailable_devices": {d: why for d, why in devices.items() if why is not None}},
-        "hypothesis": {"profile": args.profile, "seed": seed,
-                       "max_examples": settings.get_profile(f"mhaspec-{args.profile}").max_examples,
-                       "backend_calls": sum(r.get("calls", 0) for r in results),
-                       "examples": sum(r.get("examples", 0) for r in results)},
-        "issued": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "clauses": clauses,
-        "summary": {"verdict": "conforms" if conforms else "does not conform", "counts": counts},
-    }
-    cert = certificate.seal(body)
-    certificate.verify(cert)
-    json_path = out_dir / f"{backend.name}.json"
-    json_path.write_text(json.dumps(cert, indent=1, sort_keys=True) + "\n", "utf-8")
-    (out_dir / f"{backend.name}.md").write_text(certificate.to_markdown(cert), "utf-8")
-    print(f"mhaspec certify: {backend.name} {body['summary']['verdict']} "
-          f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); certificate {json_path}")
-    return 0 if conforms else 1
+    return certify(args)
 
 
 def _read_certificate(path: pathlib.Path, max_bytes: int) -> tuple[bytes, dict]:
@@ -243,7 +158,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("backend", help="registered backend name or module:attr")
     c.add_argument("--profile", default="certify", choices=["dev", "ci", "certify"])
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random)")
-    c.add_argument("--output-dir", default="certificates", help="where to write NAME.json and NAME.md")
+    c.add_argument("--output-dir", default="certificates",
+                   help="where to write NAME.json, NAME.md and NAME-failures/ (NAME: the backend's "
+                        "name reduced to a safe file name)")
+    c.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
+                   help="time limit of every backend call; past it the test fails (default: the "
+                        "suite's, 60 s); recorded in the certificate")
     c.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -n 2")
     c.set_defaults(func=cmd_certify)
     v = sub.add_parser("verify", help="check a certificate's integrity and consistency "
