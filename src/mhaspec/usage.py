@@ -5,12 +5,17 @@
 * :class:`ArgumentParser`: argparse with one-line errors (``mhaspec: error: ...``, status 2)
   instead of the multi-line usage block.
 * :func:`printable`: a string from a file or a backend, safe to print on a terminal.
+* :func:`load_backend`: a backend for a command, every failure of its own code a usage error.
+* :func:`writable_dir`, :func:`writable_file`: outputs checked before a long run starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
 import sys
+import tempfile
 from typing import NoReturn
 
 
@@ -64,3 +69,31 @@ def load_backend(ref: str):
         raise UsageError(f"backend {printable(ref)}: framework_version() raised "
                          f"{type(exc).__name__}: {printable(one_line(exc))}") from None
     return backend
+
+
+def writable_dir(path) -> pathlib.Path:
+    """``path`` as a directory this process can write into (created when missing), checked before
+    any long run; a :class:`UsageError` when it is a file, cannot be created or is read-only."""
+    path = pathlib.Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"output directory {printable(path)} is a file")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise UsageError(f"output directory {printable(path)} is not writable: "
+                         f"{one_line(exc.strerror or exc)}") from None
+    return path
+
+
+def writable_file(path) -> pathlib.Path:
+    """``path`` as a file this process may write (its directory must exist): a
+    :class:`UsageError` when it is a directory or its directory is not writable."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise UsageError(f"output file {printable(path)} is a directory")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"output file {printable(path)} is not writable")
+    writable_dir(path.parent)
+    return path
