@@ -98,10 +98,12 @@ def test_certificate_validates_against_the_schema(certified):
     assert certified.with_suffix(".md").read_text("utf-8").startswith("# mhaspec certificate: minimal-numpy")
 
 
-def test_verify_accepts_the_certificate(work, certified):
-    proc = mhaspec(work, "verify", str(certified))
+def test_verify_accepts_the_certificate_and_its_markdown(work, certified):
+    proc = mhaspec(work, "verify", str(certified), "--markdown", str(certified.with_suffix(".md")))
     assert proc.returncode == 0, proc.stderr
-    assert "valid certificate for minimal-numpy" in proc.stdout
+    assert "certificate for minimal-numpy" in proc.stdout
+    for checked in ("integrity:", "consistency:", "markdown:", "authenticity: NOT checked"):
+        assert checked in proc.stdout, proc.stdout
 
 
 def test_verify_rejects_a_copy_with_one_verdict_edited(work, certified):
@@ -132,7 +134,7 @@ def test_a_failing_backend_gets_a_failing_certificate_and_replayable_cases(work)
     assert sdpa1["verdict"] == "fail" and sdpa1["failures"] and sdpa1["ran_on"] == ["cpu/float64"]
     saved = sorted((work / "failing" / "wrong-scale-failures").glob("test_attention_equals*.npz"))
     assert saved, "no failing case saved for replay"
-    still = mhaspec(work, "replay", str(saved[0]))
+    still = mhaspec(work, "replay", str(saved[0]), "--backend", "wrong_scale:BACKEND")
     assert still.returncode == 1 and "DOES NOT CONFORM" in still.stdout, still.stdout + still.stderr
     fixed = mhaspec(work, "replay", str(saved[0]), "--backend", "minimal_backend:BACKEND")
     assert fixed.returncode == 0 and "conforms" in fixed.stdout, fixed.stdout + fixed.stderr
@@ -152,4 +154,5 @@ def test_verify_a_file_that_is_not_json_is_a_usage_error(work):
 def test_replay_a_file_that_is_not_npz_is_a_usage_error(work):
     bad = work / "not-a-case.npz"
     bad.write_text("this is not an npz archive\n", "utf-8")
-    assert_usage_error(mhaspec(work, "replay", str(bad)), "cannot read replay file")
+    assert_usage_error(mhaspec(work, "replay", str(bad), "--backend", "minimal_backend:BACKEND"),
+                       "cannot read replay file")

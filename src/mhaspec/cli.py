@@ -54,7 +54,11 @@ def _read_certificate(path: pathlib.Path, max_bytes: int) -> tuple[bytes, dict]:
     except OSError as exc:
         raise UsageError(f"cannot read certificate {printable(path)}: {one_line(exc.strerror or exc)}") from None
     try:
-        cert = certificate.verify(certificate.loads(data))
+        cert = certificate.loads(data)
+    except certificate.CertificateError as exc:
+        raise UsageError(f"cannot read certificate {printable(path)}: {one_line(exc)}") from None
+    try:
+        cert = certificate.verify(cert)
     except certificate.CertificateError as exc:
         raise UsageError(f"{printable(path)}: {printable(one_line(exc), limit=400)}") from None
     return data, cert
