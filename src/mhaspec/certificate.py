@@ -215,9 +215,12 @@ _MD_ESCAPES = {c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&
 
 def md_text(text: object) -> str:
     """``text`` as inline Markdown that renders literally: one line (newlines and other control
-    characters become spaces), emphasis, code, links, table cells and HTML escaped."""
-    one_line = "".join(c if c.isprintable() else " " for c in str(text))
-    return "".join(_MD_ESCAPES.get(c, c) for c in one_line)
+    characters become spaces), emphasis, code, links, table cells and HTML escaped. An underscore
+    between two letters or digits (``split_heads``) cannot open or close emphasis and stays as is."""
+    line = "".join(c if c.isprintable() else " " for c in str(text))
+    return "".join(c if c == "_" and 0 < i < len(line) - 1 and line[i - 1].isalnum()
+                   and line[i + 1].isalnum() else _MD_ESCAPES.get(c, c)
+                   for i, c in enumerate(line))
 
 
 def md_fenced(text: str) -> list[str]:
