@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 from mhaspec import certificate
+from mhaspec.conformance.verdicts import BACKEND_VERDICTS, CLAUSE_VERDICTS
 
 DOCS_PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "backends.md"
 
@@ -94,8 +95,15 @@ def test_certificate_validates_against_the_schema(certified):
     verdicts = {c["id"]: c["verdict"] for c in cert["clauses"]}
     assert verdicts["SDPA-1"] == verdicts["HEAD-1"] == "pass"
     assert verdicts["MASK-1"] == verdicts["MHA-1"] == "not-implemented"  # not claimed: never a pass
-    assert set(verdicts.values()) <= set(certificate.VERDICTS)
+    assert set(verdicts.values()) <= set(CLAUSE_VERDICTS)
     assert certified.with_suffix(".md").read_text("utf-8").startswith("# mhaspec certificate: minimal-numpy")
+
+
+def test_the_schema_allows_exactly_the_verdicts_of_the_verdict_module():
+    props = certificate.schema()["properties"]
+    clause = props["clauses"]["items"]["properties"]["verdict"]["enum"]
+    assert sorted(clause) == sorted(CLAUSE_VERDICTS)
+    assert sorted(props["summary"]["properties"]["verdict"]["enum"]) == sorted(BACKEND_VERDICTS)
 
 
 def test_verify_accepts_the_certificate_and_its_markdown(work, certified):

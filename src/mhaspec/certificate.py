@@ -19,7 +19,6 @@ from importlib import resources
 from typing import Any
 
 SCHEMA_ID = "mhaspec-certificate/1"
-VERDICTS = ("pass", "fail", "deviation", "stale-deviation", "not-implemented", "not-run")
 #: Largest certificate ``verify`` reads, in bytes (a certificate is about 30 KB).
 MAX_BYTES = 16 * 2**20
 #: The namespace of OpenSSH signatures over certificates (``ssh-keygen -Y sign -n ...``).
@@ -78,10 +77,6 @@ def verify(cert: Any) -> dict:
         raise CertificateError(f"certificate digest mismatch: recorded {cert['sha256'][:16]}..., "
                                f"content hashes to {digest[:16]}...: it was edited after sealing")
     return cert
-
-
-# one rule for clause verdicts, in the conformance layer; certify builds the clauses with it
-from mhaspec.conformance.verdicts import clause_verdicts  # noqa: E402,F401
 
 
 def released_clauses(version: str) -> tuple[tuple[str, str, bool], ...] | None:
