@@ -15,11 +15,15 @@ A failure file is a NumPy ``.npz`` (a zip of ``.npy`` members, written uncompres
   ``param_w_q`` ... ``param_b_o``; optional ``mask`` and ``key_padding_mask`` (boolean), ``bias`` and
   ``legacy_mask`` (float).
 
-:func:`read_case` treats the file as untrusted: it reads the zip directory and each ``.npy`` header
-(a few hundred bytes) first, and refuses the file -- before any array is decompressed or allocated --
-when the metadata is malformed, a member is unknown, an array is not of its field's kind (complex and
-integer arrays are refused, never cast), the shapes disagree with the recorded sizes, or the declared
-sizes exceed ``max_bytes``. Every refusal is a :class:`FailureFileError` with a one-line message.
+:func:`read_case` treats the file as untrusted: it reads the zip end record, the zip directory and
+each ``.npy`` header (a few hundred bytes) first, and refuses the file -- before any array is
+decompressed or allocated -- when it has more members than a case can, a member is unknown or
+compressed more than :data:`MAX_COMPRESSION_RATIO` to 1, the metadata is malformed (unknown or
+missing fields, duplicate keys, wrong types, an unknown op, dtype or spec version), an array is not
+of its field's kind (complex, integer, structured and object arrays are refused, never cast), the
+shapes disagree with the recorded sizes, a header disagrees with the member's size, or the declared
+sizes -- or the results a check would compute (:func:`work_bytes`) -- exceed ``max_bytes``. Every
+refusal is a :class:`FailureFileError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -53,10 +57,8 @@ BOOLEAN_FIELDS = ("mask", "key_padding_mask")
 META_FIELDS = frozenset({"format", "spec_version", "op", "clause", "backend", "device", "dtype",
                          "spec", "overrides"})
 OPTIONAL_META_FIELDS = frozenset({"aliases"})
-#: keyword overrides a test may pass to an operation, and the JSON types they may take
-OVERRIDE_TYPES = {"causal": (str, type(None)), "scale": (int, float, type(None)),
-                  "mask": (type(None),), "bias": (type(None),), "legacy_mask": (type(None),),
-                  "key_padding_mask": (type(None),)}
+#: Most members a failure file may have (meta, six inputs, four masks, eight parameters).
+MAX_MEMBERS = 19
 DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
@@ -115,6 +117,7 @@ def read_case(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[dict, Case]:
         if size > max_bytes:
             raise FailureFileError(f"{path} is {size} bytes, over the limit of {max_bytes} "
                                    f"(raise it with --max-bytes)")
+        _check_end_record(path, size)
         with zipfile.ZipFile(path) as archive:
             headers = _check_directory(path, archive, max_bytes)
             meta = _read_meta(path, archive)
@@ -131,6 +134,25 @@ def read_case(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[dict, Case]:
 def one_line(exc: BaseException) -> str:
     """``exc``'s message on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _check_end_record(path, size: int) -> None:
+    """Read the zip's end record (the file's last bytes) and refuse, before the directory is
+    parsed, more than :data:`MAX_MEMBERS` members or a directory over 64 KiB."""
+    with open(path, "rb") as f:
+        f.seek(max(0, size - (22 + 65535)))
+        tail = f.read()
+    at = len(tail)
+    while (at := tail.rfind(b"PK\x05\x06", 0, at)) >= 0:
+        if at + 22 + int.from_bytes(tail[at + 20:at + 22], "little") == len(tail):
+            break
+    if at < 0:
+        raise FailureFileError(f"cannot read replay file {path}: not a zip archive (no end record)")
+    entries = int.from_bytes(tail[at + 10:at + 12], "little")
+    directory = int.from_bytes(tail[at + 12:at + 16], "little")
+    if entries > MAX_MEMBERS or directory > 65536:
+        raise FailureFileError(f"{path}: its zip directory declares {entries} members in "
+                               f"{directory} bytes (at most {MAX_MEMBERS} members): refused")
 
 
 def _check_directory(path, archive: zipfile.ZipFile, max_bytes: int) -> dict[str, zipfile.ZipInfo]:
@@ -198,7 +220,7 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
         if field in members and field not in needed:
             raise FailureFileError(f"{path}: array {field!r} present but the recorded case has none")
     for field, same in aliases.items():
-        if field in members or expected[field] != expected[same]:
+        if field in members or same not in members or expected[field] != expected[same]:
             raise FailureFileError(f"{path}: alias {field!r} -> {same!r} does not fit the case")
     for name, info in members.items():
         if name == "meta":
@@ -216,12 +238,21 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
         if header + math.prod(shape) * dtype.itemsize != info.file_size:
             raise FailureFileError(f"{path}: member {info.filename!r} declares {info.file_size} "
                                    f"bytes, its header {header + math.prod(shape) * dtype.itemsize}")
-    b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
-    work = 8 * b * h * lq * lk  # the (B, h, L_q, L_k) float64 weights every check computes
+    work = work_bytes(spec)
     if work > max_bytes:
-        raise FailureFileError(f"{path}: the case's attention weights (B, h, L_q, L_k) = "
-                               f"{(b, h, lq, lk)} would take {work} bytes, over the limit of "
-                               f"{max_bytes} (raise it with --max-bytes)")
+        raise FailureFileError(f"{path}: the case's results and intermediates (weights "
+                               f"(B, h, L_q, L_k) = {(spec.batch, spec.heads, spec.len_q, spec.len_k)}) "
+                               f"would take {work} bytes, over the limit of {max_bytes} (raise it "
+                               f"with --max-bytes)")
+
+
+def work_bytes(spec: CaseSpec) -> int:
+    """Bytes of the float64 arrays one check of ``spec`` computes that the file does not hold: the
+    weights (B, h, L_q, L_k), the per-head output (B, h, L_q, d_v), the projections (B, L_q, h*d_k),
+    (B, L_k, h*d_k), (B, L_k, h*d_v) and the output (B, L_q, d_out)."""
+    b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
+    return 8 * (b * h * lq * lk + b * h * lq * spec.d_v + b * lq * h * spec.d_k
+                + b * lk * h * (spec.d_k + spec.d_v) + b * lq * spec.d_out)
 
 
 def expected_shapes(spec: CaseSpec) -> dict[str, tuple[int, ...] | None]:
@@ -273,10 +304,10 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
         raise FailureFileError(f"{path}: metadata 'spec' must be an object")
     overrides = meta["overrides"]
     if not isinstance(overrides, dict) or any(
-            k not in OVERRIDE_TYPES or not isinstance(v, OVERRIDE_TYPES[k]) or isinstance(v, bool)
-            for k, v in overrides.items()):
-        raise FailureFileError(f"{path}: metadata 'overrides' must map {', '.join(OVERRIDE_TYPES)} "
-                               f"to JSON scalars, got {overrides!r:.200}")
+            k not in OVERRIDE_CHECKS or not OVERRIDE_CHECKS[k](v) for k, v in overrides.items()):
+        raise FailureFileError(f"{path}: metadata 'overrides' may set only {', '.join(OVERRIDE_CHECKS)} "
+                               f"(causal to an alignment or null, scale to a number or null, masks "
+                               f"to null), got {overrides!r:.200}")
     aliases = meta.get("aliases", {})
     if not isinstance(aliases, dict) or any(
             k not in INPUTS or v not in INPUTS or INPUTS.index(v) >= INPUTS.index(k)
@@ -318,6 +349,11 @@ SPEC_FIELD_CHECKS = {
     "seed": lambda x: _is_int(x, low=0),
     "extreme": lambda x: x is None or (isinstance(x, str) and len(x) <= 100),
 }
+
+
+#: keyword override a saved case may carry -> the check its value must pass
+OVERRIDE_CHECKS = {"causal": SPEC_FIELD_CHECKS["causal"], "scale": SPEC_FIELD_CHECKS["scale"],
+                   **{f: (lambda x: x is None) for f in MASKS}}
 
 
 def _case_spec(path, recorded: dict) -> CaseSpec:

@@ -302,6 +302,30 @@ def test_max_bytes_raises_the_cap(tmp_path, capsys):
                    "--max-bytes", str(size * 2))[0] == 0
 
 
+def test_small_arrays_whose_results_would_be_huge_are_refused(tmp_path):
+    """q (1, 1, 2^16, 1) and v (1, 1, 1, 2^16) take 512 KiB each; the (B, h, L_q, d_v) output of
+    SDPA would take 32 GiB."""
+    spec = CaseSpec(batch=1, heads=1, len_q=2**16, len_k=1, d_k=1, d_v=2**16)
+    path = saved_case(tmp_path, spec=spec)
+    tracemalloc.start()
+    try:
+        with pytest.raises(failure_file.FailureFileError, match="intermediates"):
+            failure_file.read_case(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, f"refusing the case allocated {peak} bytes"
+
+
+def test_a_zip_directory_of_many_members_is_refused_from_its_end_record(tmp_path, capsys):
+    path = tmp_path / "many.npz"
+    with zipfile.ZipFile(path, "w") as z:
+        for i in range(failure_file.MAX_MEMBERS + 1):
+            z.writestr(f"m{i}.npy", b"")
+    assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"),
+                       "members")
+
+
 # -- replay: every malformed file is one line, exit status 2 -----------------------------------------
 
 def test_an_empty_file_is_a_usage_error(tmp_path, capsys):
@@ -335,6 +359,8 @@ BAD_META = {
     "a string size": {"spec": {"batch": "2"}},
     "a boolean size": {"spec": {"batch": True}},
     "an unknown override": {"overrides": {"num_heads": 3}},
+    "an unknown causal alignment": {"overrides": {"causal": "everywhere"}},
+    "an alias over a stored input": {"aliases": {"key": "query"}},
     "an array override": {"overrides": {"mask": [True]}},
     "a bad alias": {"aliases": {"query": "value"}},
 }
@@ -358,6 +384,16 @@ def test_malformed_metadata_is_a_usage_error(tmp_path, capsys, what):
     rewrite(path, meta=meta)
     assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"),
                        str(path))
+
+
+def test_an_alias_to_an_input_the_file_lacks_is_a_usage_error(tmp_path, capsys):
+    path = saved_case(tmp_path)
+    content = {n: d for n, d in members(path).items() if n not in ("query.npy", "key.npy")}
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in content.items():
+            z.writestr(name, data)
+    rewrite(path, meta=meta_of(path) | {"aliases": {"key": "query"}})
+    assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"), "alias")
 
 
 def test_duplicate_metadata_keys_are_a_usage_error(tmp_path, capsys):
