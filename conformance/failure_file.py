@@ -71,7 +71,8 @@ def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
     """Write ``case`` to ``path`` (.npz) and return the path.
 
     ``impl`` needs ``device`` and ``dtype`` (the parametrization that failed); ``backend_ref`` is
-    recorded for people (replay never imports it); array-valued ``overrides`` are not recorded.
+    recorded for people (replay never imports it); ``overrides`` are recorded when their values are
+    JSON scalars (``causal``, ``scale``, ``num_kv_heads``, a mask cleared with None), not otherwise.
     Inputs that are one array in ``case`` (self-attention, shared key and value) are stored once.
     """
     from mhaspec.spec import SPEC_VERSION
@@ -95,7 +96,8 @@ def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
     meta = {"format": FORMAT, "spec_version": SPEC_VERSION, "op": op, "clause": clause,
             "backend": backend_ref, "device": impl.device, "dtype": impl.dtype,
             "spec": case.spec._asdict(), "aliases": aliases,
-            "overrides": {k: v for k, v in overrides.items() if not hasattr(v, "shape")}}
+            "overrides": {k: v for k, v in overrides.items()
+                          if v is None or isinstance(v, (bool, int, float, str))}}
     np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
     return path
 
@@ -204,7 +206,11 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
                    spec: CaseSpec, meta: dict, max_bytes: int) -> None:
     """Each array member: of its field's kind, of the shape ``spec`` gives, its declared size
     equal to what its header says; the arrays the operation needs present."""
-    expected = expected_shapes(spec)
+    kv_heads = meta["overrides"].get("num_kv_heads")
+    if kv_heads is not None and (meta["op"] != "mha" or spec.heads % kv_heads):
+        raise FailureFileError(f"{path}: num_kv_heads = {kv_heads} needs op 'mha' and must divide "
+                               f"heads = {spec.heads}")
+    expected = expected_shapes(spec, kv_heads=kv_heads)
     aliases = meta.get("aliases", {})
     needed = ("q", "k", "v") if meta["op"] == "sdpa" else (
         "query", "key", "value", "param_w_q", "param_w_k", "param_w_v", "param_w_o")
@@ -255,9 +261,12 @@ def work_bytes(spec: CaseSpec) -> int:
                 + b * lk * h * (spec.d_k + spec.d_v) + b * lq * spec.d_out)
 
 
-def expected_shapes(spec: CaseSpec) -> dict[str, tuple[int, ...] | None]:
-    """Field -> the shape its array has in the case ``spec`` describes (computed, nothing allocated)."""
+def expected_shapes(spec: CaseSpec, *, kv_heads: int | None = None) -> dict[str, tuple[int, ...] | None]:
+    """Field -> the shape its array has in the case ``spec`` describes (computed, nothing allocated);
+    with ``kv_heads`` = g (grouped-query attention, MHA-6) the key and value projections have g
+    heads."""
     b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
+    g = kv_heads or h
     d_in_k = spec.d_model if spec.self_attention else spec.k_dim
     d_in_v = spec.d_model if spec.self_attention else spec.v_dim
     return {
@@ -265,9 +274,9 @@ def expected_shapes(spec: CaseSpec) -> dict[str, tuple[int, ...] | None]:
         "query": (b, lq, spec.d_model), "key": (b, lk, spec.k_dim), "value": (b, lk, spec.v_dim),
         "mask": spec.mask_shape, "bias": spec.bias_shape, "legacy_mask": spec.legacy_shape,
         "key_padding_mask": (b, lk) if spec.key_padding else None,
-        "param_w_q": (spec.d_model, h * spec.d_k), "param_w_k": (d_in_k, h * spec.d_k),
-        "param_w_v": (d_in_v, h * spec.d_v), "param_w_o": (h * spec.d_v, spec.d_out),
-        "param_b_q": (h * spec.d_k,), "param_b_k": (h * spec.d_k,), "param_b_v": (h * spec.d_v,),
+        "param_w_q": (spec.d_model, h * spec.d_k), "param_w_k": (d_in_k, g * spec.d_k),
+        "param_w_v": (d_in_v, g * spec.d_v), "param_w_o": (h * spec.d_v, spec.d_out),
+        "param_b_q": (h * spec.d_k,), "param_b_k": (g * spec.d_k,), "param_b_v": (g * spec.d_v,),
         "param_b_o": (spec.d_out,)}
 
 
@@ -306,8 +315,8 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
     if not isinstance(overrides, dict) or any(
             k not in OVERRIDE_CHECKS or not OVERRIDE_CHECKS[k](v) for k, v in overrides.items()):
         raise FailureFileError(f"{path}: metadata 'overrides' may set only {', '.join(OVERRIDE_CHECKS)} "
-                               f"(causal to an alignment or null, scale to a number or null, masks "
-                               f"to null), got {overrides!r:.200}")
+                               f"(causal to an alignment or null, scale to a number or null, "
+                               f"num_kv_heads to a count, masks to null), got {overrides!r:.200}")
     aliases = meta.get("aliases", {})
     if not isinstance(aliases, dict) or any(
             k not in INPUTS or v not in INPUTS or INPUTS.index(v) >= INPUTS.index(k)
@@ -353,7 +362,7 @@ SPEC_FIELD_CHECKS = {
 
 #: keyword override a saved case may carry -> the check its value must pass
 OVERRIDE_CHECKS = {"causal": SPEC_FIELD_CHECKS["causal"], "scale": SPEC_FIELD_CHECKS["scale"],
-                   **{f: (lambda x: x is None) for f in MASKS}}
+                   "num_kv_heads": _is_int, **{f: (lambda x: x is None) for f in MASKS}}
 
 
 def _case_spec(path, recorded: dict) -> CaseSpec:

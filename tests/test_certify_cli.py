@@ -164,3 +164,26 @@ def test_replay_a_file_that_is_not_npz_is_a_usage_error(work):
     bad.write_text("this is not an npz archive\n", "utf-8")
     assert_usage_error(mhaspec(work, "replay", str(bad), "--backend", "minimal_backend:BACKEND"),
                        "cannot read replay file")
+
+
+def test_every_case_a_failing_run_saves_is_replayed_on_a_correct_backend(tmp_path, capsys):
+    """The harness writes failure files and replay reads them with every check on: each case a
+    wrong-scale backend fails (SDPA, grouped heads, masks, extremes, float64 and float32) is
+    accepted by the reader and conforms when replayed on numpy-batched."""
+    from suite_runner import run_suite
+
+    from mhaspec.conformance import failure_file
+    from mhaspec.replay import replay
+
+    failures = tmp_path / "failures"
+    run_suite(tmp_path, ["broken_backends:WRONG_SCALE"], "--mhaspec-failures", str(failures),
+              "-k", "test_sdpa or test_gqa or test_numerics or test_masking")
+    saved = sorted(failures.glob("*.npz"))
+    assert len(saved) >= 10, saved
+    clauses = set()
+    for path in saved:
+        meta, _ = failure_file.read_case(path)
+        clauses.add(meta["clause"])
+        assert replay(path, backend="numpy-batched", max_bytes=failure_file.DEFAULT_MAX_BYTES) == 0, (
+            path, capsys.readouterr().out[-2000:])
+    assert {"SDPA-1", "MHA-6"} <= clauses, clauses

@@ -360,6 +360,8 @@ BAD_META = {
     "a boolean size": {"spec": {"batch": True}},
     "an unknown override": {"overrides": {"num_heads": 3}},
     "an unknown causal alignment": {"overrides": {"causal": "everywhere"}},
+    "num_kv_heads for sdpa": {"overrides": {"num_kv_heads": 1}},
+    "num_kv_heads of zero": {"overrides": {"num_kv_heads": 0}},
     "an alias over a stored input": {"aliases": {"key": "query"}},
     "an array override": {"overrides": {"mask": [True]}},
     "a bad alias": {"aliases": {"query": "value"}},
