@@ -779,3 +779,12 @@ def test_every_tool_is_a_subcommand_with_help(tool):
 def test_a_tool_whose_module_is_missing_is_one_line(capsys, monkeypatch):
     monkeypatch.setitem(cli.TOOLS, "matrix", ("mhaspec_no_such_module", "a tool"))
     assert_usage_error(run_cli(capsys, "matrix", "--help"), "mhaspec matrix")
+
+
+@pytest.mark.parametrize("tool", sorted(cli.TOOLS))
+def test_every_tools_argument_errors_are_one_line(tool):
+    proc = subprocess.run([sys.executable, "-m", "mhaspec.cli", tool, "--no-such-option"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mhaspec: error: "), proc.stderr[-2000:]
