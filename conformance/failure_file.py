@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from mhaspec.backends import ALL_DTYPES
 from mhaspec.spec import oracle
 
 from .strategies import Case, CaseSpec
@@ -59,7 +60,6 @@ META_FIELDS = frozenset({"format", "spec_version", "op", "clause", "backend", "d
 OPTIONAL_META_FIELDS = frozenset({"aliases"})
 #: Most members a failure file may have (meta, six inputs, four masks, eight parameters).
 MAX_MEMBERS = 19
-DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
 class FailureFileError(ValueError):
@@ -109,7 +109,8 @@ def read_case(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[dict, Case]:
     decompressed: the declared sizes of all members together must stay within ``max_bytes``."""
     path = pathlib.Path(path)
     if path.suffix != ".npz":
-        raise FailureFileError(f"{path}: a failure file is a .npz archive, not {path.suffix or 'a file without suffix'}")
+        raise FailureFileError(f"{path}: a failure file is a .npz archive, not "
+                               f"{path.suffix or 'a file without suffix'}")
     try:
         size = os.stat(path).st_size
         if not path.is_file():
@@ -129,11 +130,11 @@ def read_case(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[dict, Case]:
     except FailureFileError:
         raise
     except (OSError, zipfile.BadZipFile, ValueError, EOFError, RuntimeError, NotImplementedError) as exc:
-        raise FailureFileError(f"cannot read replay file {path}: {one_line(exc)}") from None
+        raise FailureFileError(f"cannot read replay file {path}: {_one_line(exc)}") from None
     return meta, _case(spec, arrays, meta.get("aliases", {}))
 
 
-def one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException) -> str:
     """``exc``'s message on one line."""
     return " ".join(str(exc).split()) or type(exc).__name__
 
@@ -288,7 +289,7 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
     try:
         meta = json.loads(str(_read_array(archive, "meta")), object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
-        raise FailureFileError(f"{path}: metadata is not JSON: {one_line(exc)}") from None
+        raise FailureFileError(f"{path}: metadata is not JSON: {_one_line(exc)}") from None
     if not isinstance(meta, dict):
         raise FailureFileError(f"{path}: metadata must be a JSON object")
     if meta.get("format") != FORMAT:
@@ -307,8 +308,9 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
             raise FailureFileError(f"{path}: metadata {field!r} must be a string")
     if meta["op"] not in OPS:
         raise FailureFileError(f"{path}: unknown op {meta['op']!r} (known: {', '.join(OPS)})")
-    if meta["dtype"] not in DTYPES:
-        raise FailureFileError(f"{path}: unknown dtype {meta['dtype']!r} (known: {', '.join(DTYPES)})")
+    if meta["dtype"] not in ALL_DTYPES:
+        raise FailureFileError(f"{path}: unknown dtype {meta['dtype']!r} "
+                               f"(known: {', '.join(ALL_DTYPES)})")
     if not isinstance(meta["spec"], dict):
         raise FailureFileError(f"{path}: metadata 'spec' must be an object")
     overrides = meta["overrides"]

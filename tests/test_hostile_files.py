@@ -342,8 +342,9 @@ def test_a_npy_file_is_a_usage_error(tmp_path, capsys):
 
 def test_a_directory_or_a_missing_file_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "dir.npz").mkdir()
-    assert_usage_error(run_cli(capsys, "replay", str(tmp_path / "dir.npz"), "--backend", "numpy-batched"))
-    assert_usage_error(run_cli(capsys, "replay", str(tmp_path / "no.npz"), "--backend", "numpy-batched"))
+    for name in ("dir.npz", "no.npz"):
+        assert_usage_error(run_cli(capsys, "replay", str(tmp_path / name), "--backend",
+                                   "numpy-batched"), name)
 
 
 BAD_META = {
@@ -659,7 +660,8 @@ def test_a_signed_certificate_verifies_and_a_resigned_forgery_does_not(tmp_path,
     assert code == 0, err
     sig = pathlib.Path(f"{path}.sig")
     assert sig.read_text("utf-8").startswith("-----BEGIN SSH SIGNATURE-----")
-    trusted = ("--signature", str(sig), "--allowed-signers", str(allowed), "--identity", "ci@example.org")
+    trusted = ("--signature", str(sig), "--allowed-signers", str(allowed),
+               "--identity", "ci@example.org")
     code, out, err = run_cli(capsys, "verify", str(path), *trusted)
     assert code == 0 and "authenticity: signed by ci@example.org" in out, out + err
     # a consistent, re-sealed certificate with another verdict: integrity holds, the signature not

@@ -201,7 +201,8 @@ def _ssh_keygen(*args: str, stdin: bytes | None = None) -> str:
         raise CertificateError(f"ssh-keygen failed: {exc}") from None
     text = " ".join((out.stdout + out.stderr).decode("utf-8", "replace").split())
     if out.returncode != 0:
-        raise CertificateError(f"ssh-keygen {args[1]} failed: {text or f'exit status {out.returncode}'}")
+        raise CertificateError(f"ssh-keygen {args[1]} failed: "
+                               f"{text or f'exit status {out.returncode}'}")
     return text
 
 

@@ -1,7 +1,8 @@
 """``mhaspec``: the command line of the conformance suite.
 
     mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--output-dir DIR]
-    mhaspec verify CERT.json [--markdown CERT.md] [--signature CERT.json.sig --allowed-signers FILE --identity ID]
+    mhaspec verify CERT.json [--markdown CERT.md]
+                   [--signature CERT.json.sig --allowed-signers FILE --identity ID]
     mhaspec sign CERT.json --key KEY
     mhaspec replay FAILURE.npz --backend NAME|module:attr | --recorded-backend [--max-bytes N]
     mhaspec backends
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import pathlib
 import sys
@@ -52,7 +52,8 @@ def _read_certificate(path: pathlib.Path, max_bytes: int) -> tuple[bytes, dict]:
                              f"(raise it with --max-bytes)")
         data = path.read_bytes()
     except OSError as exc:
-        raise UsageError(f"cannot read certificate {printable(path)}: {one_line(exc.strerror or exc)}") from None
+        raise UsageError(f"cannot read certificate {printable(path)}: "
+                         f"{one_line(exc.strerror or exc)}") from None
     try:
         cert = certificate.loads(data)
     except certificate.CertificateError as exc:
@@ -95,7 +96,8 @@ def cmd_verify(args) -> int:
             said = certificate.check_signature(data, pathlib.Path(args.signature),
                                                pathlib.Path(args.allowed_signers), args.identity)
         except certificate.CertificateError as exc:
-            raise UsageError(f"{printable(args.signature)}: {printable(one_line(exc), limit=400)}") from None
+            raise UsageError(f"{printable(args.signature)}: "
+                             f"{printable(one_line(exc), limit=400)}") from None
         lines.append(f"authenticity: signed by {printable(args.identity)} with a key listed in "
                      f"{printable(args.allowed_signers)} ({printable(said)})")
     else:
@@ -186,7 +188,8 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sign)
     r = sub.add_parser("replay", help="replay a saved failing case on a backend you name")
     r.add_argument("file", help="a .npz written by a failing conformance run")
-    r.add_argument("--backend", default=None, help="backend to replay on: registered name or module:attr")
+    r.add_argument("--backend", default=None,
+                   help="backend to replay on: registered name or module:attr")
     r.add_argument("--recorded-backend", action="store_true",
                    help="replay on the backend the file records, if it is a registered name "
                         "(a module:attr from a file is never imported)")
@@ -207,7 +210,8 @@ def run_tool(name: str, argv: list[str]) -> int:
         main_of = importlib.import_module(module_name).main
         return int(main_of(argv) or 0)
     except ModuleNotFoundError as exc:
-        raise UsageError(f"mhaspec {name} needs the module {exc.name!r}, which is not installed") from None
+        raise UsageError(f"mhaspec {name} needs the module {exc.name!r}, which is not "
+                         f"installed") from None
     except AttributeError:
         raise UsageError(f"mhaspec {name}: {module_name} has no main(argv)") from None
 

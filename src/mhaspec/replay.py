@@ -9,7 +9,7 @@ member sizes, ``.npy`` headers, shapes, dtypes) before any array is read; see
 
 from __future__ import annotations
 
-from mhaspec.usage import UsageError, load_backend, printable
+from mhaspec.usage import UsageError, load_backend, one_line, printable
 
 
 def backend_ref(meta: dict, *, backend: str | None, recorded_backend: bool) -> str:
@@ -43,14 +43,14 @@ def replay(path, *, backend: str | None = None, recorded_backend: bool = False,
     try:
         meta, case = failure_file.read_case(path, max_bytes=max_bytes)
     except failure_file.FailureFileError as exc:
-        raise UsageError(printable(failure_file.one_line(exc), limit=400)) from None
+        raise UsageError(printable(one_line(exc), limit=400)) from None
     ref = backend_ref(meta, backend=backend, recorded_backend=recorded_backend)
     impl = load_backend(ref)
     device, dtype = meta["device"], meta["dtype"]
-    available = impl.devices()
-    if available.get(device, "not a device of this backend") is not None:
+    why = impl.devices().get(device, "not one of its devices")
+    if why is not None:
         raise UsageError(f"the case was recorded on device {printable(device)!r}, unavailable to "
-                         f"{printable(impl.name)}: {printable(available.get(device, 'not one of its devices'))}")
+                         f"{printable(impl.name)}: {printable(why)}")
     if dtype not in impl.dtypes(device):
         raise UsageError(f"the case was recorded in {dtype}, which {printable(impl.name)} does not "
                          f"claim on {device}")
