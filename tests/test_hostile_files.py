@@ -480,7 +480,9 @@ def test_a_certificate_path_that_is_a_directory_is_found_before_the_run(tmp_path
 
 @pytest.mark.parametrize("args", [[], ["nosuch"], ["verify"], ["replay", "x.npz", "--max-bytes", "lots"],
                                   ["certify", "numpy-batched", "--profile", "fast"],
-                                  ["replay", "x.npz", "--backend", "numpy-batched", "--", "-k", "x"]])
+                                  ["replay", "x.npz", "--backend", "numpy-batched", "--", "-k", "x"],
+                                  ["replay", "x.npz", "--backend", "numpy-batched",
+                                   "--recorded-backend"]])
 def test_argument_errors_are_one_line(capsys, args):
     assert_usage_error(run_cli(capsys, *args))
 

@@ -173,8 +173,13 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -n 2")
     c.set_defaults(func=cmd_certify)
     v = sub.add_parser("verify", help="check a certificate's integrity and consistency "
-                                      "(and its signature when given)")
-    v.add_argument("certificate")
+                                      "(and its signature when given)",
+                       description="Check a certificate and print each check: schema, integrity "
+                                   "(the body hashes to the recorded SHA-256), consistency (the "
+                                   "summary follows from the clauses, which are those of a known "
+                                   "spec version), the Markdown rendering with --markdown, and "
+                                   "authenticity only with a signature from a key you trust.")
+    v.add_argument("certificate", help="the certificate's JSON file")
     v.add_argument("--markdown", help="also check that this file is the Markdown rendering of the JSON")
     v.add_argument("--signature", help="a detached OpenSSH signature of the certificate (mhaspec sign)")
     v.add_argument("--allowed-signers", help="ssh-keygen allowed_signers file of the keys you trust")
@@ -182,17 +187,25 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--max-bytes", type=_byte_count, default=certificate.MAX_BYTES,
                    help=f"largest certificate read (default {certificate.MAX_BYTES})")
     v.set_defaults(func=cmd_verify)
-    s = sub.add_parser("sign", help="sign a certificate with an OpenSSH key (ssh-keygen -Y sign)")
-    s.add_argument("certificate")
+    s = sub.add_parser("sign", help="sign a certificate with an OpenSSH key (ssh-keygen -Y sign)",
+                       description="Check a certificate's integrity and consistency, then write "
+                                   "the detached signature CERT.sig (namespace "
+                                   f"{certificate.SIGNATURE_NAMESPACE}).")
+    s.add_argument("certificate", help="the certificate's JSON file")
     s.add_argument("--key", required=True, help="OpenSSH private key file (ssh-keygen -t ed25519)")
     s.set_defaults(func=cmd_sign)
-    r = sub.add_parser("replay", help="replay a saved failing case on a backend you name")
+    r = sub.add_parser("replay", help="replay a saved failing case on a backend you name",
+                       description="Rerun a saved failing case and print its error against the "
+                                   "oracle (exit 0 conforms now, 1 still fails). The file is data: "
+                                   "it is checked before its arrays are read and never chooses "
+                                   "the code that runs.")
     r.add_argument("file", help="a .npz written by a failing conformance run")
-    r.add_argument("--backend", default=None,
-                   help="backend to replay on: registered name or module:attr")
-    r.add_argument("--recorded-backend", action="store_true",
-                   help="replay on the backend the file records, if it is a registered name "
-                        "(a module:attr from a file is never imported)")
+    which = r.add_mutually_exclusive_group()
+    which.add_argument("--backend", default=None,
+                       help="backend to replay on: registered name or module:attr")
+    which.add_argument("--recorded-backend", action="store_true",
+                       help="replay on the backend the file records, if it is a registered "
+                            "name (a module:attr from a file is never imported)")
     r.add_argument("--max-bytes", type=_byte_count, default=DEFAULT_MAX_BYTES,
                    help=f"largest total size of the file's arrays (default {DEFAULT_MAX_BYTES})")
     r.set_defaults(func=cmd_replay)
