@@ -619,6 +619,11 @@ def test_verify_rejects_duplicate_keys_deep_nesting_directories_and_huge_files(t
     with open(tmp_path / "huge.json", "wb") as f:
         f.truncate(certificate.MAX_BYTES + 1)
     assert_usage_error(run_cli(capsys, "verify", str(tmp_path / "huge.json")), "--max-bytes")
+    if os.path.exists("/dev/zero"):  # endless, and its size says 0
+        assert_usage_error(run_cli(capsys, "verify", "/dev/zero"), "--max-bytes")
+        path = write_certificate(tmp_path / "cert.json", certificate_body())
+        assert_usage_error(run_cli(capsys, "verify", str(path), "--markdown", "/dev/zero"),
+                           "--max-bytes")
 
 
 def test_verify_checks_the_markdown_against_the_json(tmp_path, capsys):

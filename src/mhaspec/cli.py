@@ -21,7 +21,8 @@ import pathlib
 import sys
 
 from mhaspec import __version__, certificate
-from mhaspec.usage import ArgumentParser, UsageError, load_backend, one_line, printable
+from mhaspec.usage import (ArgumentParser, UsageError, load_backend, one_line, printable,
+                           read_bounded)
 
 #: ``mhaspec <command>`` -> (module whose ``main(argv) -> int`` runs it, one-line help). Imported
 #: only when the command runs, so one tool's missing optional dependency is that tool's error.
@@ -43,17 +44,7 @@ def cmd_certify(args) -> int:
 
 def _read_certificate(path: pathlib.Path, max_bytes: int) -> tuple[bytes, dict]:
     """The file's bytes and its parsed JSON (schema and digest checked)."""
-    try:
-        if path.is_dir():
-            raise UsageError(f"{printable(path)} is a directory, not a certificate")
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise UsageError(f"{printable(path)} is {size} bytes, over the limit of {max_bytes} "
-                             f"(raise it with --max-bytes)")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read certificate {printable(path)}: "
-                         f"{one_line(exc.strerror or exc)}") from None
+    data = read_bounded(path, max_bytes, "certificate")
     try:
         cert = certificate.loads(data)
     except certificate.CertificateError as exc:
@@ -85,8 +76,8 @@ def cmd_verify(args) -> int:
     if args.markdown:
         md = pathlib.Path(args.markdown)
         try:
-            text = md.read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_bounded(md, args.max_bytes, "Markdown file").decode("utf-8")
+        except UnicodeDecodeError as exc:
             raise UsageError(f"cannot read {printable(md)}: {one_line(exc)}") from None
         if text != certificate.to_markdown(cert):
             raise UsageError(f"{printable(md)} is not the Markdown rendering of {printable(path)}")
@@ -249,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"mhaspec: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`mhaspec verify ... | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

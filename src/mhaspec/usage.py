@@ -97,3 +97,21 @@ def writable_file(path) -> pathlib.Path:
         raise UsageError(f"output file {printable(path)} is not writable")
     writable_dir(path.parent)
     return path
+
+
+def read_bounded(path, max_bytes: int, what: str) -> bytes:
+    """The bytes of ``path`` (a file, a pipe, a device), at most ``max_bytes`` of them: a
+    :class:`UsageError` naming ``what`` when it is longer, a directory or unreadable."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        raise UsageError(f"{what} {printable(path)} is a directory")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {printable(path)}: "
+                         f"{one_line(exc.strerror or exc)}") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{what} {printable(path)} is over the limit of {max_bytes} bytes "
+                         f"(raise it with --max-bytes)")
+    return data
