@@ -43,14 +43,22 @@ def seal(body: dict) -> dict:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse a certificate's JSON, refusing duplicate keys (a reader would see only the last)
-    and nesting too deep to parse; raises :class:`CertificateError`."""
+    """Parse a certificate's JSON, refusing duplicate keys (a reader would see only the last),
+    NaN and Infinity (not JSON), numbers too long to parse and nesting too deep to parse; raises
+    :class:`CertificateError`."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys,
+                          parse_constant=_no_constant)
     except RecursionError:
         raise CertificateError("JSON nested too deeply") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except CertificateError:
+        raise
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
         raise CertificateError(f"not JSON: {exc}") from None
+
+
+def _no_constant(name: str):
+    raise CertificateError(f"{name} is not a JSON number")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
