@@ -120,7 +120,6 @@ class Collector:
         seed = self.config.getoption("hypothesis_seed", None)
         self.hypothesis.update(max_examples=now.max_examples, derandomize=now.derandomize,
                                phases=[p.name for p in now.phases],
-                               database=None if now.database is None else type(now.database).__name__,
                                seed=None if seed is None else str(seed))
         option = self.config.getoption
         self.selection = {"keyword": option("keyword") or None, "markers": option("markexpr") or None,

@@ -20,6 +20,7 @@ from typing import NamedTuple
 import numpy as np
 from hypothesis import strategies as st
 
+from mhaspec.backends.validation import Dims
 from mhaspec.spec import oracle
 
 from . import extremes
@@ -33,19 +34,12 @@ CUSTOM_SCALES = (0.05, 0.5, 2.0)
 MASK_DENSITIES = (0.7, 0.3, 0.95)
 
 
-class Shapes(NamedTuple):
-    """The sizes of a case: B, h, L_q, L_k, d_k, d_v, d_model, k_dim, v_dim, d_out."""
+class Shapes(NamedTuple("Shapes", [*((f, int) for f in Dims._fields),
+                                   *((f, int) for f in ("d_model", "k_dim", "v_dim", "d_out"))])):
+    """The sizes of a case: the backends' :class:`~mhaspec.backends.validation.Dims` (B, h, L_q,
+    L_k, d_k, d_v) followed by the widths d_model, k_dim, v_dim, d_out."""
 
-    batch: int
-    heads: int
-    len_q: int
-    len_k: int
-    d_k: int
-    d_v: int
-    d_model: int
-    k_dim: int
-    v_dim: int
-    d_out: int
+    __slots__ = ()
 
     @property
     def self_attention(self) -> bool:

@@ -109,15 +109,6 @@ def overall_verdict(clauses: list[dict]) -> str:
     return CONFORMS if "pass" in verdicts else NOT_CHECKED
 
 
-def chapter_outcomes(clauses: list[dict], chapter_of: dict[str, str]) -> dict[str, dict[str, str]]:
-    """chapter -> {clause: verdict} over the clause entries that ran (for the matrix's cells)."""
-    out: dict[str, dict[str, str]] = {}
-    for c in clauses:
-        if c["runs"] or c["verdict"] != "not-run":
-            out.setdefault(chapter_of.get(c["id"], ""), {})[c["id"]] = c["verdict"]
-    return out
-
-
 def chapter_verdict(verdicts: dict[str, str]) -> str | None:
     """The worst clause verdict of one chapter (None when none of its clauses ran)."""
     return worst(v for v in verdicts.values() if v in SEVERITY)

@@ -31,10 +31,10 @@ DEFAULT_PROFILE = "certify"
 
 
 def file_stem(name: str) -> str:
-    """A file name for backend ``name``: letters, digits, ``_``, ``-`` and inner dots only, at
-    most 100 characters (``../../x`` -> ``x``, ``/abs/x`` -> ``abs_x``)."""
+    """A file name for backend ``name``: letters, digits, ``_``, ``-`` and single inner dots only,
+    its last 100 characters (``../../x`` -> ``x``, ``/abs/x`` -> ``abs_x``)."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-    stem = re.sub(r"\.{2,}", "_", stem).strip("._-")[:100]
+    stem = re.sub(r"\.{2,}", "_", stem).strip("._-")[-100:].strip("._-")
     return stem or "backend"
 
 
