@@ -353,32 +353,32 @@ def test_a_directory_or_a_missing_file_is_a_usage_error(tmp_path, capsys):
                                    "numpy-batched"), name)
 
 
-BAD_META = {
-    "not JSON": "{'op': 'sdpa'",
-    "a list": "[1, 2]",
-    "an unknown field": {"extra": 1},
-    "a missing field": {"op": None},
-    "an unknown op": {"op": "mlp"},
-    "an unknown dtype": {"dtype": "float8"},
-    "another spec version": {"spec_version": "0.1"},
-    "an unknown spec field": {"spec": {"batch": 2, "exec": "print(1)"}},
-    "a negative size": {"spec": {"batch": -2}},
-    "a string size": {"spec": {"batch": "2"}},
-    "a boolean size": {"spec": {"batch": True}},
-    "an unknown override": {"overrides": {"num_heads": 3}},
-    "an unknown causal alignment": {"overrides": {"causal": "everywhere"}},
-    "num_kv_heads for sdpa": {"overrides": {"num_kv_heads": 1}},
-    "num_kv_heads of zero": {"overrides": {"num_kv_heads": 0}},
-    "an alias over a stored input": {"aliases": {"key": "query"}},
-    "an array override": {"overrides": {"mask": [True]}},
-    "a bad alias": {"aliases": {"query": "value"}},
+BAD_META = {  # what -> (the change to a valid file's meta, a word the refusal must contain)
+    "not JSON": ("{'op': 'sdpa'", "not JSON"),
+    "a list": ("[1, 2]", "JSON object"),
+    "an unknown field": ({"extra": 1}, "unknown ['extra']"),
+    "a missing field": ({"op": None}, "missing ['op']"),
+    "an unknown op": ({"op": "mlp"}, "unknown op 'mlp'"),
+    "an unknown dtype": ({"dtype": "float8"}, "unknown dtype 'float8'"),
+    "another spec version": ({"spec_version": "0.1"}, "spec '0.1'"),
+    "an unknown spec field": ({"spec": {"batch": 2, "exec": "print(1)"}}, "unknown fields ['exec']"),
+    "a negative size": ({"spec": {"batch": -2}}, "invalid values for ['batch']"),
+    "a string size": ({"spec": {"batch": "2"}}, "invalid values for ['batch']"),
+    "a boolean size": ({"spec": {"batch": True}}, "invalid values for ['batch']"),
+    "an unknown override": ({"overrides": {"num_heads": 3}}, "'overrides'"),
+    "an unknown causal alignment": ({"overrides": {"causal": "everywhere"}}, "'overrides'"),
+    "num_kv_heads for sdpa": ({"overrides": {"num_kv_heads": 1}}, "needs op 'mha'"),
+    "num_kv_heads of zero": ({"overrides": {"num_kv_heads": 0}}, "'overrides'"),
+    "an array override": ({"overrides": {"mask": [True]}}, "'overrides'"),
+    "an alias over a stored input": ({"aliases": {"key": "query"}}, "alias 'key'"),
+    "a bad alias": ({"aliases": {"query": "value"}}, "'aliases'"),
 }
 
 
 @pytest.mark.parametrize("what", BAD_META)
 def test_malformed_metadata_is_a_usage_error(tmp_path, capsys, what):
     path = saved_case(tmp_path)
-    change = BAD_META[what]
+    change, word = BAD_META[what]
     if isinstance(change, str):
         meta = change
     else:
@@ -392,7 +392,7 @@ def test_malformed_metadata_is_a_usage_error(tmp_path, capsys, what):
                 meta[key] = value
     rewrite(path, meta=meta)
     assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"),
-                       str(path))
+                       str(path), word)
 
 
 def test_an_alias_to_an_input_the_file_lacks_is_a_usage_error(tmp_path, capsys):
@@ -412,14 +412,26 @@ def test_duplicate_metadata_keys_are_a_usage_error(tmp_path, capsys):
     assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"), "twice")
 
 
-@pytest.mark.parametrize("array", [
-    np.zeros((2, 2, 3, 4), dtype=np.complex128), np.zeros((2, 2, 3, 4), dtype=np.int64),
-    np.zeros((2, 2, 3, 4), dtype=np.float32).astype(">f4").view([("a", ">f4")]),
-    np.zeros((2, 2, 3, 5)), np.zeros((2, 2, 3)),
-], ids=["complex", "integer", "structured", "wrong-shape", "wrong-rank"])
-def test_arrays_of_the_wrong_kind_or_shape_are_refused_not_cast(tmp_path, capsys, array):
+@pytest.mark.parametrize("array, reason", [
+    (np.zeros((2, 2, 3, 4), dtype=np.complex128), "must be float16/32/64"),
+    (np.zeros((2, 2, 3, 4), dtype=np.int64), "must be float16/32/64"),
+    (np.zeros((2, 2, 3, 4), dtype=">f4").view([("a", ">f4")]), "must be float16/32/64"),
+    (np.zeros((2, 2, 3, 4), dtype=np.longdouble), "must be float16/32/64"),
+    (np.zeros((2, 2, 3, 5)), "has shape (2, 2, 3, 5)"),
+    (np.zeros((2, 2, 3)), "has shape (2, 2, 3)"),
+], ids=["complex", "integer", "structured", "long-double", "wrong-shape", "wrong-rank"])
+def test_arrays_of_the_wrong_kind_or_shape_are_refused_not_cast(tmp_path, capsys, array, reason):
     path = rewrite(saved_case(tmp_path), q=array)
-    assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"), "'q'")
+    assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"),
+                       f"array 'q' {reason}")
+
+
+def test_big_endian_and_float32_arrays_are_read_as_they_are(tmp_path):
+    case = build_case(CASE)
+    path = rewrite(saved_case(tmp_path), q=case.q.astype(">f8"), k=case.k.astype(np.float32))
+    _, read = failure_file.read_case(path)
+    assert read.q.dtype == np.dtype(">f8") and read.k.dtype == np.float32
+    np.testing.assert_array_equal(read.q, case.q)
 
 
 def test_a_float_mask_and_an_unknown_member_are_refused(tmp_path, capsys):
