@@ -70,6 +70,9 @@ def plot(points: dict, out: str) -> None:
             grid = np.geomspace(max(lo, 1e-20), hi, 50)
             ax.plot(grid, tolerance.K * grid, "k--", lw=1, label=f"K x e_ref (K={tolerance.K:g})")
             ax.plot(grid, grid, "k:", lw=1, label="e = e_ref")
+        if hi == 0:  # no backend measured in this dtype (or every result exact)
+            ax.set(title=f"{dtype}: nothing to draw ({exact} exact results)")
+            continue
         ax.set(xscale="log", yscale="log", title=f"{dtype} ({exact} exact results not drawn)",
                xlabel="naive error e_ref",
                ylabel="backend error e")
