@@ -63,6 +63,14 @@ class OffByOne:
         return out + 1, weights
 
 
+class WrongShape(OffByOne):
+    name = "wrong-shape"
+
+    def scaled_dot_product_attention(self, q, k, v, **kw):
+        out, weights = BATCHED.scaled_dot_product_attention(q, k, v, **kw)
+        return out[..., :1, :], weights
+
+
 class Raises(OffByOne):
     name = "raises"
 
@@ -72,6 +80,7 @@ class Raises(OffByOne):
 
 BACKEND = OffByOne()
 RAISES = Raises()
+WRONG_SHAPE = WrongShape()
 '''
 BROKEN_BACKENDS = '''
 class BadConstructor:
@@ -209,6 +218,8 @@ def test_replay_on_the_named_backend_exits_1_while_the_case_still_fails(tmp_path
     assert code == 1 and "off-by-one sdpa output: DOES NOT CONFORM" in out, out + err
     code, out, err = run_cli(capsys, "replay", str(case), "--backend", "wrong_backend:RAISES")
     assert code == 1 and "raised RuntimeError: boom" in out, out + err
+    code, out, err = run_cli(capsys, "replay", str(case), "--backend", "wrong_backend:WRONG_SHAPE")
+    assert code == 1 and "wrong-shape sdpa" in out and "DOES NOT CONFORM" in out, out + err
     code, out, err = run_cli(capsys, "replay", str(case), "--backend", "numpy-perhead")
     assert code == 0 and "numpy-perhead sdpa output: conforms" in out, out + err
 

@@ -24,10 +24,10 @@ def backend_ref(meta: dict, *, backend: str | None, recorded_backend: bool) -> s
         return backend
     if not recorded_backend:
         raise UsageError(f"name the backend to replay on with --backend (the file records "
-                         f"{printable(recorded)!r}; --recorded-backend uses it if it is a registered "
+                         f"'{printable(recorded)}'; --recorded-backend uses it if it is a registered "
                          f"backend name)")
     if recorded not in registered_backends():
-        raise UsageError(f"the file records backend {printable(recorded)!r}, which is not a registered "
+        raise UsageError(f"the file records backend '{printable(recorded)}', which is not a registered "
                          f"backend name (a module:attr from a file is never imported): name the "
                          f"backend with --backend")
     return recorded
@@ -49,11 +49,11 @@ def replay(path, *, backend: str | None = None, recorded_backend: bool = False,
     device, dtype = meta["device"], meta["dtype"]
     why = impl.devices().get(device, "not one of its devices")
     if why is not None:
-        raise UsageError(f"the case was recorded on device {printable(device)!r}, unavailable to "
+        raise UsageError(f"the case was recorded on device '{printable(device)}', unavailable to "
                          f"{printable(impl.name)}: {printable(why)}")
     if dtype not in impl.dtypes(device):
         raise UsageError(f"the case was recorded in {dtype}, which {printable(impl.name)} does not "
-                         f"claim on {device}")
+                         f"claim on {printable(device)}")
     print(f"replaying {printable(meta['clause'])} ({meta['op']}) from {printable(path)} on "
           f"{printable(impl.name)} ({device}, {dtype})")
     run = harness.Impl(impl, device, dtype)
@@ -63,8 +63,12 @@ def replay(path, *, backend: str | None = None, recorded_backend: bool = False,
         print(f"{printable(impl.name)} {meta['op']} raised {type(exc).__name__}: "
               f"{printable(exc, limit=2000)}: DOES NOT CONFORM")
         return 1
-    checks = harness.check(run, case, got, op=meta["op"], clause=meta["clause"],
-                           overrides=meta["overrides"])
+    try:
+        checks = harness.check(run, case, got, op=meta["op"], clause=meta["clause"],
+                               overrides=meta["overrides"])
+    except AssertionError as exc:  # a result of the wrong shape
+        print(f"{printable(impl.name)} {meta['op']}: {printable(exc, limit=2000)}: DOES NOT CONFORM")
+        return 1
     for line in describe(printable(impl.name), meta["op"], checks):
         print(line)
     return 0 if all(c.verdict.ok for c in checks) else 1
