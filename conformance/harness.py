@@ -37,7 +37,7 @@ import pytest
 from mhaspec.backends import MHAParams
 from mhaspec.spec import oracle
 
-from . import tolerance
+from . import failure_file, tolerance
 from .strategies import Case, CaseSpec, build_case
 
 OPS = ("sdpa", "mha")
@@ -321,8 +321,6 @@ def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict) 
     settings = run_settings()
     if settings.failures_dir is None:
         return ""
-    from . import failure_file
-
     item = current_item.get()
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name if item is not None else clause)
     ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
