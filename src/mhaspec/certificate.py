@@ -185,7 +185,8 @@ def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
 def sign(path: pathlib.Path, key: pathlib.Path) -> pathlib.Path:
     """Sign the certificate file ``path`` with the OpenSSH private ``key``; returns the detached
     signature ``<path>.sig`` (``ssh-keygen -Y sign -n mhaspec-certificate``)."""
-    _ssh_keygen("-Y", "sign", "-f", str(key), "-n", SIGNATURE_NAMESPACE, str(path))
+    # an absolute path: a file named like an option ("-h") stays a file name
+    _ssh_keygen("-Y", "sign", "-f", str(key), "-n", SIGNATURE_NAMESPACE, str(path.absolute()))
     return pathlib.Path(f"{path}.sig")
 
 
