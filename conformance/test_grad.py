@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.backends import MHAParams
 from mhaspec.conformance import harness, tolerance
 from mhaspec.conformance.strategies import case_specs
 from mhaspec.spec import oracle
