@@ -1,7 +1,7 @@
 """Verification script for the native-op adapters (not a test module).
 
-Runs each adapter of ``backends/torch_native.py``, ``backends/jax_native.py`` and
-``backends/keras_native.py`` over random cases against the float64 oracle (``spec/oracle.py``) and
+Runs each native-op adapter registered as a backend (entry points whose backend names a
+``native_op``) over random cases against the float64 oracle (``spec/oracle.py``) and
 prints the max abs error per adapter and dtype, the behaviour on fully masked rows, and whether
 invalid input raises ValueError.
 
@@ -16,7 +16,6 @@ A case the adapter cannot express (NotImplementedError) is counted, not failed.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
 import traceback
@@ -30,20 +29,30 @@ if str(ROOT) not in sys.path:
 
 from spec import oracle  # noqa: E402
 
-ADAPTERS = {
-    "torch-sdpa": ("backends.torch_native", "SDPA"),
-    "torch-mha": ("backends.torch_native", "MHA"),
-    "jax-dpa": ("backends.jax_native", "DPA"),
-    "jax-dpa-jit": ("backends.jax_native", "DPA_JIT"),
-    "keras-mha": ("backends.keras_native", "MHA"),
-}
 UNIT_ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11,
                  "bfloat16": 2.0 ** -8}
 
 
 def load(name):
-    module, attr = ADAPTERS[name]
-    return getattr(importlib.import_module(module), attr)
+    """The registered backend ``name`` (entry point of the ``mhaspec.backends`` group)."""
+    from mhaspec.backends import load_backend
+
+    return load_backend(name)
+
+
+def native_adapters() -> list[str]:
+    """Every registered backend that adapts a framework's native op and whose framework imports."""
+    from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+
+    names = []
+    for name in sorted(registered_backends()):
+        try:
+            backend = load_backend(name)
+        except BackendLoadError:
+            continue
+        if getattr(backend, "native_op", ""):
+            names.append(name)
+    return names
 
 
 def random_mask_shape(rng, b, h, l_q, l_k):
@@ -311,15 +320,18 @@ def main(argv=None):
     ap.add_argument("--cases", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtypes", default="float64,float32")
-    ap.add_argument("adapters", nargs="*", default=list(ADAPTERS))
+    ap.add_argument("adapters", nargs="*", default=None,
+                    help="registered adapters (default: every native-op adapter that imports)")
     args = ap.parse_args(argv)
+    from mhaspec.backends import BackendLoadError
+
     failed = False
-    for name in args.adapters:
+    for name in args.adapters or native_adapters():
         print(f"== {name}")
         try:
             stats, empty_seen = check_adapter(name, args.cases, args.seed,
                                               tuple(args.dtypes.split(",")))
-        except ImportError as exc:
+        except (ImportError, BackendLoadError) as exc:
             print(f"  skipped: {exc}")
             continue
         except Exception:  # noqa: BLE001
