@@ -131,7 +131,7 @@ def bench(session: nox.Session) -> None:
     the source's size and a sweep of L. Writes results/bench/ and docs/generated/bench.{md,png};
     ``nox -s bench -- --quick`` for a short run, ``-- --help`` for the options."""
     install(session, "torch", "jax", "tensorflow", groups=("bench",))
-    session.run("python", "-m", "mhaspec.bench", *session.posargs)
+    session.run("mhaspec", "bench", *session.posargs)
 
 
 @nox.session(default=False)
@@ -161,9 +161,9 @@ def certify(session: nox.Session) -> None:
 def matrix(session: nox.Session) -> None:
     """Run the conformance suite (ci profile) on every registered backend and render
     docs/generated/matrix.md: results by chapter and pairwise agreement. Arguments after ``--`` go
-    to ``python -m mhaspec.conformance.matrix`` (e.g. ``--dtypes float64,float32``)."""
+    to ``mhaspec matrix`` (e.g. ``--dtypes float64,float32``)."""
     install(session, "torch", "jax", "tensorflow")
-    session.run("python", "-m", "mhaspec.conformance.matrix", *session.posargs)
+    session.run("mhaspec", "matrix", *session.posargs)
 
 
 @nox.session(tags=["soak"], default=False)
@@ -172,10 +172,10 @@ def soak(session: nox.Session) -> None:
     one fresh random Hypothesis seed per round, within ``MHASPEC_SOAK_SECONDS`` (default 3600) or
     until every backend x dtype has run 20,000 Hypothesis examples; prints examples, backend calls
     and failures per backend x dtype and writes results/soak/summary.json. Arguments after ``--``
-    go to ``python -m mhaspec.soak`` (e.g. ``--backend numpy-batched --seconds 600 --examples
+    go to ``mhaspec soak`` (e.g. ``--backend numpy-batched --seconds 600 --examples
     50000``, or ``--jobs 2 --per-test 250`` for two rounds at a time, 250 examples per test)."""
     install(session, "torch", "jax", "tensorflow")
-    session.run("python", "-m", "mhaspec.soak", *session.posargs)
+    session.run("mhaspec", "soak", *session.posargs)
 
 
 @nox.session(default=False)

@@ -1,4 +1,4 @@
-"""The soak (``python -m mhaspec.soak``): rounds, counts, failures, parallel jobs and merging.
+"""The soak (``mhaspec soak``): rounds, counts, failures, parallel jobs and merging.
 
 Axis legend: none (the soak's results are counts per backend x dtype)."""
 

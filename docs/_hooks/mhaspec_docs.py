@@ -53,11 +53,13 @@ _math_by_page: dict[str, list[tuple[str, bool]]] = {}
 
 
 def rendered_versions() -> list[tuple[str, pathlib.Path]]:
-    """(version, path) of every committed rendering, oldest first."""
+    """(version, path) of every committed rendering, oldest first; the current version is left
+    out while it is a draft (only released versions are published as frozen pages)."""
+    current = load()
     found = []
     for path in SPEC_DIR.glob("mhaspec-*.md"):
         m = RENDERED.search(path.name)
-        if m:
+        if m and not (current.is_draft and m["version"] == current.version):
             found.append((m["version"], path))
     return sorted(found, key=lambda vp: tuple(int(p) for p in vp[0].split(".")))
 

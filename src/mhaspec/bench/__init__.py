@@ -1,4 +1,4 @@
-"""Benchmarks of the in-repo backends: ``python -m mhaspec.bench [--quick]`` (or ``nox -s bench``).
+"""Benchmarks of the in-repo backends: ``mhaspec bench [--quick]`` (or ``nox -s bench``).
 
 Times the forward pass (and forward + backward for the PyTorch variants) of every registered
 backend variant and of PyTorch's own ``nn.MultiheadAttention`` and ``scaled_dot_product_attention``

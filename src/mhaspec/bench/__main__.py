@@ -1,4 +1,4 @@
-"""``python -m mhaspec.bench``: time and memory of every in-repo backend, plus PyTorch references.
+"""``mhaspec bench``: time and memory of every in-repo backend, plus PyTorch references.
 
 Axis legend: B batch, L sequence length (self-attention, L_q = L_k = L), h heads, d_model width.
 
