@@ -40,6 +40,13 @@ OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad"})
 ALL_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 
+def native_byte_order(x: np.ndarray) -> np.ndarray:
+    """``x`` as a NumPy array in the machine's byte order (a copy only when it is not): what
+    ``asarray`` implementations hand to frameworks that refuse big-endian arrays (torch)."""
+    x = np.asarray(x)
+    return x if x.dtype.isnative else x.astype(x.dtype.newbyteorder("="))
+
+
 class MHAParams(NamedTuple):
     """Projection parameters, math layout ``y = x @ W + b`` (PARAM-1); biases may be None.
 
@@ -98,7 +105,12 @@ class Backend:
 
     # -- arrays --------------------------------------------------------------------------------
     def asarray(self, x: np.ndarray, *, dtype: str, device: str = "cpu"):
-        """A NumPy array as this backend's array of ``dtype`` on ``device`` (override)."""
+        """A NumPy array as this backend's array of ``dtype`` on ``device`` (override).
+
+        ``x`` is a NumPy array of any dtype (floating, boolean for masks) and either byte order;
+        ``dtype`` is one of :data:`ALL_DTYPES`, ``"bool"``, or an invalid dtype such as
+        ``"int64"`` when the suite checks rejection (ERR). The result must be a new array: the
+        suite compares ``x`` with ``to_numpy`` of it after a call (INPUT-1)."""
         raise NotImplementedError
 
     def to_numpy(self, x) -> np.ndarray:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import math
 
+from ._generic import Algorithm
+
 LEGACY_MASK_VALUE = -1e9  # MASK-3: the source document's constant
 
 
@@ -29,8 +31,9 @@ class NativeMixin:
     conventions: dict[str, tuple[str, str]] = {}
 
     def __init__(self, name: str):
-        self.variant = "native"
-        self.name = name
+        # the framework backend mixed in after this class; its algorithm serves only what the
+        # adapter does not hand to the native op: the projections of _mha_over_sdpa (MHA-2)
+        super().__init__(Algorithm.BATCHED, name=name)
         self.translated = frozenset(self.conventions)
 
     def untranslated(self, key: str):
@@ -72,9 +75,10 @@ class NativeMixin:
         """AND of the boolean masks (MASK-1, 5, 6, 7, 8) as rank 4, or None."""
         return self._rank4(self._combine_masks(len_q, len_k, like, mask, key_padding_mask, causal))
 
-    def _additive_sum(self, bias, legacy_mask, dtype_like):
-        """bias + legacy_mask * -1e9 (MASK-2, MASK-3) in ``dtype_like``'s dtype, rank 4, or None."""
-        terms = self._additive(bias, legacy_mask)
+    def _additive_sum(self, masks, dtype_like):
+        """bias + legacy_mask * -1e9 (MASK-2, MASK-3) of :class:`MaskArgs` ``masks`` in
+        ``dtype_like``'s dtype, rank 4, or None."""
+        terms = self._additive(masks.bias, masks.legacy_mask)
         if not terms:
             return None
         total = terms[0]

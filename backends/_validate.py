@@ -9,6 +9,8 @@ Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 from typing import NamedTuple
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -34,23 +36,32 @@ class Dims(NamedTuple):
     d_v: int
 
 
-def _fail(op: str, msg: str) -> None:
+def fail(op: str, msg: str) -> None:
+    """Raise the ValueError of an invalid input of ``op`` (ERR-1)."""
     raise ValueError(f"{op}: {msg}")
+
+
+def require_array(op: str, name: str, x) -> None:
+    """ValueError naming ``name`` unless ``x`` is an array (has ``.shape`` and ``.dtype``):
+    a list, a scalar or None in an array's place."""
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        fail(op, f"argument '{name}' must be an array with a shape and a dtype (the backend's "
+                 f"own, made by its asarray), got {type(x).__name__}")
 
 
 def _check_rank(op: str, arg: Arg, rank: int, layout: str) -> None:
     if len(arg.shape) != rank:
-        _fail(op, f"argument '{arg.name}' must have rank {rank} {layout}, got shape {arg.shape}")
+        fail(op, f"argument '{arg.name}' must have rank {rank} {layout}, got shape {arg.shape}")
 
 
 def _check_floats(op: str, args: list[Arg]) -> None:
     for a in args:
         if a.dtype not in FLOAT_DTYPES:
-            _fail(op, f"argument '{a.name}' must be floating point ({', '.join(FLOAT_DTYPES)}), "
-                      f"got dtype {a.dtype} with shape {a.shape}")
+            fail(op, f"argument '{a.name}' must be floating point ({', '.join(FLOAT_DTYPES)}), "
+                     f"got dtype {a.dtype} with shape {a.shape}")
     if len({a.dtype for a in args}) > 1:
         described = ", ".join(f"'{a.name}' {a.dtype} {a.shape}" for a in args)
-        _fail(op, f"arguments must share one floating dtype, got {described}")
+        fail(op, f"arguments must share one floating dtype, got {described}")
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -66,35 +77,70 @@ def _check_masks(op: str, dims: Dims, dtype: str, mask: Arg | None, bias: Arg | 
         if arg is None:
             continue
         if want_bool and arg.dtype != "bool":
-            _fail(op, f"argument '{arg.name}' must be boolean (True = may attend), got dtype "
-                      f"{arg.dtype} with shape {arg.shape}; pass a float array as 'bias' instead")
+            fail(op, f"argument '{arg.name}' must be boolean (True = may attend), got dtype "
+                     f"{arg.dtype} with shape {arg.shape}; pass a float array as 'bias' instead")
         if not want_bool and arg.dtype not in FLOAT_DTYPES:
-            _fail(op, f"argument '{arg.name}' must be floating point, got dtype {arg.dtype} "
-                      f"with shape {arg.shape}")
+            fail(op, f"argument '{arg.name}' must be floating point, got dtype {arg.dtype} "
+                     f"with shape {arg.shape}")
         if not _broadcasts(arg.shape, full):
-            _fail(op, f"argument '{arg.name}' with shape {arg.shape} does not broadcast to "
-                      f"(B, h, L_q, L_k) = {full}")
+            fail(op, f"argument '{arg.name}' with shape {arg.shape} does not broadcast to "
+                     f"(B, h, L_q, L_k) = {full}")
     if key_padding_mask is not None:
         if key_padding_mask.dtype != "bool":
-            _fail(op, f"argument 'key_padding_mask' must be boolean (True = key present), got "
-                      f"dtype {key_padding_mask.dtype} with shape {key_padding_mask.shape}")
+            fail(op, f"argument 'key_padding_mask' must be boolean (True = key present), got "
+                     f"dtype {key_padding_mask.dtype} with shape {key_padding_mask.shape}")
         if key_padding_mask.shape != (dims.batch, dims.len_k):
-            _fail(op, f"argument 'key_padding_mask' must have shape (B, L_k) = "
-                      f"{(dims.batch, dims.len_k)}, got {key_padding_mask.shape}")
+            fail(op, f"argument 'key_padding_mask' must have shape (B, L_k) = "
+                     f"{(dims.batch, dims.len_k)}, got {key_padding_mask.shape}")
     if legacy_mask is not None and dtype == "float16":
-        _fail(op, f"argument 'legacy_mask' with shape {legacy_mask.shape} cannot be used with float16 "
-                  "inputs: -1e9 overflows float16 to -inf and 0 * -inf is NaN (spec MASK-4); pass "
-                  "mask=(legacy_mask == 0)")
+        fail(op, f"argument 'legacy_mask' with shape {legacy_mask.shape} cannot be used with float16 "
+                 "inputs: -1e9 overflows float16 to -inf and 0 * -inf is NaN (spec MASK-4); pass "
+                 "mask=(legacy_mask == 0)")
     if causal not in CAUSAL_VALUES:
-        _fail(op, f"argument 'causal' must be None, 'top_left' or 'bottom_right', got {causal!r}")
+        fail(op, f"argument 'causal' must be None, 'top_left' or 'bottom_right', got {causal!r}")
 
 
-def _check_scale(op: str, scale) -> None:
+def as_int(value) -> int | None:
+    """``value`` as an int when it is an integer: a Python or NumPy integer, or a 0-d integer
+    array (anything with ``__index__``); None otherwise (bool, float, arrays of other shapes)."""
+    if isinstance(value, bool) or getattr(value, "dtype", None) == bool:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def as_real(value) -> float | None:
+    """``value`` as a float when it is a real number: a Python or NumPy int or float, or a 0-d
+    integer or floating NumPy array; None otherwise (bool, complex, other shapes, strings)."""
+    if isinstance(value, bool) or getattr(value, "dtype", None) == bool:
+        return None
+    if isinstance(value, numbers.Real):
+        return float(value)
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind in ("i", "u", "f") and tuple(getattr(value, "shape", (None,))) == ():
+        return float(value)
+    return None
+
+
+def check_num_heads(op: str, num_heads) -> int:
+    """``num_heads`` as a positive int (a NumPy integer or 0-d integer array is accepted)."""
+    h = as_int(num_heads)
+    if h is None or h < 1:
+        fail(op, f"argument 'num_heads' must be a positive integer, got {num_heads!r}")
+    return h
+
+
+def check_scale(op: str, scale) -> float | None:
+    """``scale`` as a float: None (the default) or a positive finite real number (a NumPy scalar
+    or 0-d array is accepted)."""
     if scale is None:
-        return
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) \
-            or scale <= 0:
-        _fail(op, f"argument 'scale' must be a positive finite number, got {scale!r}")
+        return None
+    value = as_real(scale)
+    if value is None or not math.isfinite(value) or value <= 0:
+        fail(op, f"argument 'scale' must be a positive finite number, got {scale!r}")
+    return value
 
 
 def check_sdpa(q: Arg, k: Arg, v: Arg, *, mask: Arg | None = None, bias: Arg | None = None,
@@ -107,31 +153,32 @@ def check_sdpa(q: Arg, k: Arg, v: Arg, *, mask: Arg | None = None, bias: Arg | N
         _check_rank(op, a, 4, "(B, h, L, d)")
     _check_floats(op, [q, k, v])
     if not (q.shape[0] == k.shape[0] == v.shape[0]) or not (q.shape[1] == k.shape[1] == v.shape[1]):
-        _fail(op, f"arguments 'q', 'k', 'v' must share batch and head axes (B, h), got shapes "
-                  f"{q.shape}, {k.shape}, {v.shape}")
+        fail(op, f"arguments 'q', 'k', 'v' must share batch and head axes (B, h), got shapes "
+                 f"{q.shape}, {k.shape}, {v.shape}")
     if k.shape[2] != v.shape[2]:
-        _fail(op, f"arguments 'k' and 'v' must have the same length L_k (axis 2), got shapes "
-                  f"{k.shape} and {v.shape}")
+        fail(op, f"arguments 'k' and 'v' must have the same length L_k (axis 2), got shapes "
+                 f"{k.shape} and {v.shape}")
     if q.shape[3] != k.shape[3]:
-        _fail(op, f"arguments 'q' and 'k' must have the same width d_k (axis 3), got shapes "
-                  f"{q.shape} and {k.shape}")
+        fail(op, f"arguments 'q' and 'k' must have the same width d_k (axis 3), got shapes "
+                 f"{q.shape} and {k.shape}")
     dims = Dims(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
     _check_masks(op, dims, q.dtype, mask, bias, legacy_mask, key_padding_mask, causal)
-    _check_scale(op, scale)
+    check_scale(op, scale)
     return dims
 
 
-def check_heads(op: str, x: Arg, num_heads=None) -> None:
-    """Validate split_heads (x (B, L, h*d), num_heads) or combine_heads (x (B, h, L, d))."""
+def check_heads(op: str, x: Arg, num_heads=None) -> int | None:
+    """Validate split_heads (x (B, L, h*d), num_heads) or combine_heads (x (B, h, L, d)); returns
+    ``num_heads`` as an int (None for combine_heads)."""
     if num_heads is None:
         _check_rank(op, x, 4, "(B, h, L, d)")
-        return
+        return None
     _check_rank(op, x, 3, "(B, L, h*d)")
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        _fail(op, f"argument 'num_heads' must be a positive integer, got {num_heads!r}")
+    num_heads = check_num_heads(op, num_heads)
     if x.shape[2] % num_heads:
-        _fail(op, f"argument 'num_heads' = {num_heads} does not divide the last axis of "
-                  f"'{x.name}' with shape {x.shape}")
+        fail(op, f"argument 'num_heads' = {num_heads} does not divide the last axis of "
+                 f"'{x.name}' with shape {x.shape}")
+    return num_heads
 
 
 def check_mha(query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None], *, num_heads,
@@ -156,77 +203,73 @@ def check_mha(query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None], *
         _check_rank(op, b, 1, "(out,)")
     _check_floats(op, [query, key, value, *weights, *biases])
     if not (query.shape[0] == key.shape[0] == value.shape[0]):
-        _fail(op, f"arguments 'query', 'key', 'value' must share the batch axis B, got shapes "
-                  f"{query.shape}, {key.shape}, {value.shape}")
+        fail(op, f"arguments 'query', 'key', 'value' must share the batch axis B, got shapes "
+                 f"{query.shape}, {key.shape}, {value.shape}")
     if key.shape[1] != value.shape[1]:
-        _fail(op, f"arguments 'key' and 'value' must have the same length L_k (axis 1), got shapes "
-                  f"{key.shape} and {value.shape}")
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-        _fail(op, f"argument 'num_heads' must be a positive integer, got {num_heads!r}")
+        fail(op, f"arguments 'key' and 'value' must have the same length L_k (axis 1), got shapes "
+                 f"{key.shape} and {value.shape}")
+    num_heads = check_num_heads(op, num_heads)
+    g = num_heads if num_kv_heads is None else _check_kv_heads(op, num_kv_heads, num_heads)
     w_q, w_k, w_v, w_o = weights
-    if num_kv_heads is not None:
-        return _check_gqa(op, query, key, value, params, num_heads, num_kv_heads, mask=mask,
-                          bias=bias, legacy_mask=legacy_mask, key_padding_mask=key_padding_mask,
-                          causal=causal, scale=scale)
     for x, w in ((query, w_q), (key, w_k), (value, w_v)):
         if w.shape[0] != x.shape[2]:
-            _fail(op, f"argument '{w.name}' with shape {w.shape} does not fit '{x.name}' with shape "
-                      f"{x.shape}: its rows must equal the input width {x.shape[2]}")
-    if w_q.shape[1] != w_k.shape[1]:
-        _fail(op, f"arguments 'w_q' and 'w_k' must have the same column count h*d_k, got shapes "
-                  f"{w_q.shape} and {w_k.shape}")
-    for w in (w_q, w_v):
-        if w.shape[1] % num_heads:
-            _fail(op, f"argument 'num_heads' = {num_heads} does not divide the column count of "
-                      f"'{w.name}' with shape {w.shape}")
-    if w_o.shape[0] != w_v.shape[1]:
-        _fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {w_v.shape[1]} rows "
-                  f"to match 'w_v' with shape {w_v.shape}")
+            fail(op, f"argument '{w.name}' with shape {w.shape} does not fit '{x.name}' with shape "
+                     f"{x.shape}: its rows must equal the input width {x.shape[2]}")
+    if num_kv_heads is None:
+        d_k, d_v = _head_widths(op, w_q, w_k, w_v, w_o, num_heads)
+    else:
+        d_k, d_v = _grouped_head_widths(op, w_q, w_k, w_v, w_o, num_heads, g)
     for bname, w in (("b_q", w_q), ("b_k", w_k), ("b_v", w_v), ("b_o", w_o)):
         b = params.get(bname)
         if b is not None and b.shape != (w.shape[1],):
-            _fail(op, f"argument '{bname}' with shape {b.shape} must have shape ({w.shape[1]},) "
-                      f"to match '{w.name}' with shape {w.shape}")
-    dims = Dims(query.shape[0], num_heads, query.shape[1], key.shape[1],
-                w_q.shape[1] // num_heads, w_v.shape[1] // num_heads)
-    _check_masks(op, dims, query.dtype, mask, bias, legacy_mask, key_padding_mask, causal)
-    _check_scale(op, scale)
-    return dims
-
-
-def _check_gqa(op: str, query: Arg, key: Arg, value: Arg, params: dict[str, Arg | None],
-               num_heads: int, num_kv_heads, **masks) -> Dims:
-    """The parameter checks of check_mha with g = ``num_kv_heads`` key/value heads (MHA-6)."""
-    g = num_kv_heads
-    if isinstance(g, bool) or not isinstance(g, int) or g < 1 or num_heads % g:
-        _fail(op, f"argument 'num_kv_heads' must be a positive integer dividing num_heads = "
-                  f"{num_heads}, got {g!r}")
-    w_q, w_k, w_v, w_o = (params[n] for n in ("w_q", "w_k", "w_v", "w_o"))
-    for x, w in ((query, w_q), (key, w_k), (value, w_v)):
-        if w.shape[0] != x.shape[2]:
-            _fail(op, f"argument '{w.name}' with shape {w.shape} does not fit '{x.name}' with shape "
-                      f"{x.shape}: its rows must equal the input width {x.shape[2]}")
-    if w_q.shape[1] % num_heads:
-        _fail(op, f"argument 'num_heads' = {num_heads} does not divide the column count of 'w_q' "
-                  f"with shape {w_q.shape}")
-    d_k = w_q.shape[1] // num_heads
-    if w_k.shape[1] != g * d_k:
-        _fail(op, f"argument 'w_k' with shape {w_k.shape} must have num_kv_heads*d_k = {g}*{d_k} "
-                  f"columns with num_kv_heads = {g} and 'w_q' with shape {w_q.shape}")
-    if w_v.shape[1] % g:
-        _fail(op, f"argument 'num_kv_heads' = {g} does not divide the column count of 'w_v' "
-                  f"with shape {w_v.shape}")
-    d_v = w_v.shape[1] // g
-    if w_o.shape[0] != num_heads * d_v:
-        _fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {num_heads}*{d_v} rows "
-                  f"with num_kv_heads = {g} and 'w_v' with shape {w_v.shape}")
-    for bname, w in (("b_q", w_q), ("b_k", w_k), ("b_v", w_v), ("b_o", w_o)):
-        b = params.get(bname)
-        if b is not None and b.shape != (w.shape[1],):
-            _fail(op, f"argument '{bname}' with shape {b.shape} must have shape ({w.shape[1]},) "
-                      f"to match '{w.name}' with shape {w.shape}")
+            fail(op, f"argument '{bname}' with shape {b.shape} must have shape ({w.shape[1]},) "
+                     f"to match '{w.name}' with shape {w.shape}")
     dims = Dims(query.shape[0], num_heads, query.shape[1], key.shape[1], d_k, d_v)
-    _check_masks(op, dims, query.dtype, masks["mask"], masks["bias"], masks["legacy_mask"],
-                 masks["key_padding_mask"], masks["causal"])
-    _check_scale(op, masks["scale"])
+    _check_masks(op, dims, query.dtype, mask, bias, legacy_mask, key_padding_mask, causal)
+    check_scale(op, scale)
     return dims
+
+
+def _check_kv_heads(op: str, num_kv_heads, num_heads: int) -> int:
+    """``num_kv_heads`` g as an int: a positive divisor of ``num_heads`` (MHA-6)."""
+    g = as_int(num_kv_heads)
+    if g is None or g < 1 or num_heads % g:
+        fail(op, f"argument 'num_kv_heads' must be a positive integer dividing num_heads = "
+                 f"{num_heads}, got {num_kv_heads!r}")
+    return g
+
+
+def _head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int) -> tuple[int, int]:
+    """(d_k, d_v) of multi-head attention: W_q, W_k (., h*d_k), W_v (., h*d_v), W_o (h*d_v, .)."""
+    if w_q.shape[1] != w_k.shape[1]:
+        fail(op, f"arguments 'w_q' and 'w_k' must have the same column count h*d_k, got shapes "
+                 f"{w_q.shape} and {w_k.shape}")
+    for w in (w_q, w_v):
+        if w.shape[1] % h:
+            fail(op, f"argument 'num_heads' = {h} does not divide the column count of "
+                     f"'{w.name}' with shape {w.shape}")
+    if w_o.shape[0] != w_v.shape[1]:
+        fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {w_v.shape[1]} rows "
+                 f"to match 'w_v' with shape {w_v.shape}")
+    return w_q.shape[1] // h, w_v.shape[1] // h
+
+
+def _grouped_head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int,
+                         g: int) -> tuple[int, int]:
+    """(d_k, d_v) of grouped-query attention (MHA-6): W_q (., h*d_k), W_k (., g*d_k),
+    W_v (., g*d_v), W_o (h*d_v, .)."""
+    if w_q.shape[1] % h:
+        fail(op, f"argument 'num_heads' = {h} does not divide the column count of 'w_q' "
+                 f"with shape {w_q.shape}")
+    d_k = w_q.shape[1] // h
+    if w_k.shape[1] != g * d_k:
+        fail(op, f"argument 'w_k' with shape {w_k.shape} must have num_kv_heads*d_k = {g}*{d_k} "
+                 f"columns with num_kv_heads = {g} and 'w_q' with shape {w_q.shape}")
+    if w_v.shape[1] % g:
+        fail(op, f"argument 'num_kv_heads' = {g} does not divide the column count of 'w_v' "
+                 f"with shape {w_v.shape}")
+    d_v = w_v.shape[1] // g
+    if w_o.shape[0] != h * d_v:
+        fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {h}*{d_v} rows "
+                 f"with num_kv_heads = {g} and 'w_v' with shape {w_v.shape}")
+    return d_k, d_v

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _jax_compile_budget
 from ._base import CAPABILITIES
-from ._generic import ArrayBackend
+from ._generic import Algorithm, ArrayBackend, MaskArgs
 
 
 @functools.cache
@@ -109,38 +109,33 @@ class JaxBackend(ArrayBackend):
 
 
 class JitJaxBackend(JaxBackend):
-    """The batched algorithm compiled with ``jax.jit``. Masks are passed in canonical full form
-    (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype compiles once."""
+    """An algorithm (by default the batched one, MHA-2) compiled with ``jax.jit``. Masks are
+    passed in canonical full form (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype
+    compiles once; the :class:`MaskArgs` travel as one pytree, ``num_heads`` and
+    ``num_kv_heads`` are static."""
 
-    def __init__(self):
-        super().__init__("batched")
-        self.name = "jax-jit"
-        self.variant = "jit"
+    def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "jax-jit"):
+        super().__init__(algorithm, name=name)
         self._sdpa_jit = None
         self._mha_jit = None
 
-    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+    def _sdpa(self, q, k, v, masks: MaskArgs):
         if self._sdpa_jit is None:
-            self._sdpa_jit = _jax().jit(super()._sdpa, static_argnums=(7,))
+            self._sdpa_jit = _jax().jit(super()._sdpa)
         _jax_compile_budget.tick(_jax())
         full = (*self._shape(q)[:3], self._shape(k)[2])
-        mask, bias, legacy_mask = self._canonical_masks(q, full, mask, bias, legacy_mask,
-                                                        key_padding_mask, causal)
-        return self._sdpa_jit(q, k, v, mask, bias, legacy_mask, None, None, scale)
+        return self._sdpa_jit(q, k, v, self._canonical_masks(q, full, masks))
 
-    def _mha(self, query, key, value, p, num_heads, mask, bias, legacy_mask, key_padding_mask,
-             causal, scale, num_kv_heads=None):
+    def _mha(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None):
         if self._mha_jit is None:
-            self._mha_jit = _jax().jit(super()._mha, static_argnums=(4, 9, 11))
+            self._mha_jit = _jax().jit(super()._mha, static_argnames=("num_heads", "num_kv_heads"))
         _jax_compile_budget.tick(_jax())
         full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
-        mask, bias, legacy_mask = self._canonical_masks(query, full, mask, bias, legacy_mask,
-                                                        key_padding_mask, causal)
-        return self._mha_jit(query, key, value, p, num_heads, mask, bias, legacy_mask, None, None,
-                             scale, num_kv_heads)
+        return self._mha_jit(query, key, value, p, num_heads=num_heads,
+                             masks=self._canonical_masks(query, full, masks),
+                             num_kv_heads=num_kv_heads)
 
 
-
-PER_HEAD = JaxBackend("perhead")
-BATCHED = JaxBackend("batched")
+PER_HEAD = JaxBackend(Algorithm.PER_HEAD)
+BATCHED = JaxBackend(Algorithm.BATCHED)
 JIT = JitJaxBackend()

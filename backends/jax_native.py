@@ -30,6 +30,7 @@ whatever the input dtype, so float64 results have float32 accuracy (declared aga
 from __future__ import annotations
 
 from . import _jax_compile_budget
+from ._generic import MaskArgs
 from ._native_common import NativeMixin
 from .jax_backend import JaxBackend, _jax, _jnp
 
@@ -70,18 +71,17 @@ class JaxDPA(NativeMixin, JaxBackend):
     def _cast_like(self, x, like):
         return x.astype(like.dtype)
 
-    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
-        return self._native_sdpa(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal,
-                                 scale), None
+    def _sdpa(self, q, k, v, masks: MaskArgs):
+        return self._native_sdpa(q, k, v, masks), None
 
-    def _native_sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+    def _native_sdpa(self, q, k, v, masks: MaskArgs):
         jax, jnp = _jax(), _jnp()
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         d_k, d_v = self._shape(q)[3], self._shape(v)[3]
-        is_causal = self._native_causal(causal, len_q, len_k)
-        allowed = self._allowed_rank4(len_q, len_k, q, mask, key_padding_mask,
-                                      None if is_causal else causal)
-        additive = self._additive_sum(bias, legacy_mask, q)
+        is_causal = self._native_causal(masks.causal, len_q, len_k)
+        allowed = self._allowed_rank4(len_q, len_k, q, masks.mask, masks.key_padding_mask,
+                                      None if is_causal else masks.causal)
+        additive = self._additive_sum(masks, q)
         width = max(d_k, d_v)
 
         layout = "layout" in self.translated
@@ -96,7 +96,8 @@ class JaxDPA(NativeMixin, JaxBackend):
         precision = "highest" if q.dtype == jnp.float32 else None
         with jax.default_matmul_precision(precision):
             out = jax.nn.dot_product_attention(btnh(q), btnh(k), btnh(v), bias=additive,
-                                               mask=allowed, scale=scale, is_causal=is_causal,
+                                               mask=allowed, scale=masks.scale,
+                                               is_causal=is_causal,
                                                implementation="xla")
         return jnp.transpose(out[..., :d_v], (0, 2, 1, 3)) if layout else out[..., :d_v]
 
@@ -124,12 +125,17 @@ class JitJaxDPA(JaxDPA):
             return ("float32",)
         return ("float32", "bfloat16")
 
-    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+    def _sdpa(self, q, k, v, masks: MaskArgs):
         if self._jitted is None:
-            self._jitted = _jax().jit(self._native_sdpa, static_argnums=(7, 8))
+            self._jitted = _jax().jit(self._native_sdpa_static, static_argnames=("causal", "scale"))
         _jax_compile_budget.tick(_jax())
-        return self._jitted(q, k, v, mask, bias, legacy_mask, key_padding_mask, causal,
-                            scale), None
+        arrays = masks._replace(causal=None, scale=None)
+        return self._jitted(q, k, v, arrays, causal=masks.causal, scale=masks.scale), None
+
+    def _native_sdpa_static(self, q, k, v, arrays: MaskArgs, *, causal, scale):
+        """:meth:`_native_sdpa` with the mask arrays traced and ``causal`` and ``scale`` static
+        (the op needs them as Python values)."""
+        return self._native_sdpa(q, k, v, arrays._replace(causal=causal, scale=scale))
 
 
 DPA = JaxDPA("jax-dpa")

@@ -40,6 +40,7 @@ import warnings
 import numpy as np
 
 from ._base import MHAParams
+from ._generic import MaskArgs
 from ._native_common import NativeMixin, is_default_scale
 from .tf_backend import TensorFlowBackend, _tf
 
@@ -120,21 +121,20 @@ class KerasMHA(NativeMixin, TensorFlowBackend):
                 put(dense.bias, np.zeros(shape) if b is None else b, shape)
         return layer
 
-    def _mha(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
-             key_padding_mask, causal, scale):
+    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
         tf = _tf()
-        if bias is not None:
+        if masks.bias is not None:
             self._unsupported("an additive 'bias' (the layer has no additive logit term)")
-        if legacy_mask is not None:
+        if masks.legacy_mask is not None:
             self._unsupported("the additive 'legacy_mask' (the layer has no additive logit term)")
         d_k = self._shape(p.w_q)[1] // num_heads
-        if not is_default_scale(scale, d_k):
-            self._unsupported(f"scale = {scale!r} (it always uses 1/sqrt(d_k) = "
+        if not is_default_scale(masks.scale, d_k):
+            self._unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
                               f"{1 / d_k ** 0.5!r})")
         b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
-        use_causal = self._native_causal(causal, len_q, len_k)
-        allowed = self._allowed_rank4(len_q, len_k, query, mask, key_padding_mask,
-                                      None if use_causal else causal)
+        use_causal = self._native_causal(masks.causal, len_q, len_k)
+        allowed = self._allowed_rank4(len_q, len_k, query, masks.mask, masks.key_padding_mask,
+                                      None if use_causal else masks.causal)
         attention_mask = None
         if allowed is not None:
             if self._shape(allowed)[1] == 1:

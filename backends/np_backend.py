@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._generic import ArrayBackend
+from ._generic import Algorithm, ArrayBackend
 
 
 class NumpyBackend(ArrayBackend):
@@ -24,13 +24,13 @@ class NumpyBackend(ArrayBackend):
         return ("float64", "float32", "float16")
 
     def asarray(self, x, *, dtype: str, device: str = "cpu"):
-        return np.array(x, dtype=dtype)
+        return np.array(x, dtype=dtype)  # a new array in native byte order
 
     def to_numpy(self, x) -> np.ndarray:
         return np.asarray(x)
 
     def _dtype_name(self, x) -> str:
-        return str(x.dtype)
+        return x.dtype.name  # "float32" for either byte order
 
     def _matmul(self, a, b):
         return np.matmul(a, b)
@@ -86,5 +86,5 @@ class NumpyBackend(ArrayBackend):
         return x
 
 
-PER_HEAD = NumpyBackend("perhead")
-BATCHED = NumpyBackend("batched")
+PER_HEAD = NumpyBackend(Algorithm.PER_HEAD)
+BATCHED = NumpyBackend(Algorithm.BATCHED)

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._base import CAPABILITIES
+from ._generic import Algorithm
 from .np_backend import NumpyBackend
 
 #: Elements of one logits block (B*h*block_q*block_k): 4M, i.e. 16 MiB in float32.
@@ -74,9 +75,7 @@ class ChunkedNumpyBackend(NumpyBackend):
     capabilities = CAPABILITIES - {"weights", "grad"}
 
     def __init__(self, block_q: int | None = None, block_k: int | None = None):
-        super().__init__("batched")
-        self.name = "numpy-chunked"
-        self.variant = "batched"
+        super().__init__(Algorithm.BATCHED, name="numpy-chunked")
         self.block_q = block_q
         self.block_k = block_k
 

@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from ._base import CAPABILITIES
-from ._generic import ArrayBackend
+from ._generic import Algorithm, ArrayBackend, MaskArgs
 
 
 @functools.cache
@@ -113,13 +113,12 @@ class TensorFlowBackend(ArrayBackend):
 
 
 class FunctionTensorFlowBackend(TensorFlowBackend):
-    """The batched algorithm compiled with ``tf.function``. Masks are passed in canonical full form
-    (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype is traced once."""
+    """An algorithm (by default the batched one, MHA-2) compiled with ``tf.function``. Masks are
+    passed in canonical full form (:meth:`ArrayBackend._canonical_masks`) and the scale as a
+    tensor, so each shape and dtype is traced once."""
 
-    def __init__(self):
-        super().__init__("batched")
-        self.name = "tf-function"
-        self.variant = "function"
+    def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "tf-function"):
+        super().__init__(algorithm, name=name)
         self._compiled: dict[str, object] = {}
 
     def _compile(self, key, fn):
@@ -127,24 +126,22 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
             self._compiled[key] = _tf().function(fn)
         return self._compiled[key]
 
-    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+    def _canonical(self, like, full, masks: MaskArgs) -> MaskArgs:
+        """Canonical masks, and the scale as a tensor (no retrace per scale value)."""
+        masks = self._canonical_masks(like, full, masks)
+        return masks._replace(scale=_tf().convert_to_tensor(masks.scale, dtype=like.dtype))
+
+    def _sdpa(self, q, k, v, masks: MaskArgs):
         full = (*self._shape(q)[:3], self._shape(k)[2])
-        mask, bias, legacy_mask = self._canonical_masks(q, full, mask, bias, legacy_mask,
-                                                        key_padding_mask, causal)
-        scale = _tf().constant(scale, dtype=q.dtype)  # a tensor: no retrace per scale value
-        return self._compile("sdpa", super()._sdpa)(q, k, v, mask, bias, legacy_mask, None, None,
-                                                    scale)
+        return self._compile("sdpa", super()._sdpa)(q, k, v, self._canonical(q, full, masks))
 
-    def _mha(self, query, key, value, p, num_heads, mask, bias, legacy_mask, key_padding_mask,
-             causal, scale, *rest):
+    def _mha(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None):
         full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
-        mask, bias, legacy_mask = self._canonical_masks(query, full, mask, bias, legacy_mask,
-                                                        key_padding_mask, causal)
-        scale = _tf().constant(scale, dtype=query.dtype)  # a tensor: no retrace per scale value
-        return self._compile("mha", super()._mha)(query, key, value, p, num_heads, mask, bias,
-                                                  legacy_mask, None, None, scale, *rest)
+        return self._compile("mha", super()._mha)(query, key, value, p, num_heads,
+                                                  self._canonical(query, full, masks),
+                                                  num_kv_heads)
 
 
-PER_HEAD = TensorFlowBackend("perhead")
-BATCHED = TensorFlowBackend("batched")
+PER_HEAD = TensorFlowBackend(Algorithm.PER_HEAD)
+BATCHED = TensorFlowBackend(Algorithm.BATCHED)
 FUNCTION = FunctionTensorFlowBackend()

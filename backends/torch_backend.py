@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import CAPABILITIES
-from ._generic import ArrayBackend
+from ._base import CAPABILITIES, native_byte_order
+from ._generic import Algorithm, ArrayBackend
 
 
 def _torch():
@@ -45,7 +45,7 @@ class TorchBackend(ArrayBackend):
 
     def asarray(self, x, *, dtype: str, device: str = "cpu"):
         torch = _torch()
-        return torch.as_tensor(np.asarray(x)).to(device=device, dtype=getattr(torch, dtype))
+        return torch.as_tensor(native_byte_order(x)).to(device=device, dtype=getattr(torch, dtype))
 
     def to_numpy(self, x) -> np.ndarray:
         torch = _torch()
@@ -101,5 +101,5 @@ class TorchBackend(ArrayBackend):
         return {n: torch.zeros_like(leaves[n]) if g is None else g for n, g in zip(leaves, grads)}
 
 
-PER_HEAD = TorchBackend("perhead")
-BATCHED = TorchBackend("batched")
+PER_HEAD = TorchBackend(Algorithm.PER_HEAD)
+BATCHED = TorchBackend(Algorithm.BATCHED)

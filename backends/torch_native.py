@@ -49,6 +49,7 @@ points) before anything reaches torch, so the ERR clauses hold, then convert the
 from __future__ import annotations
 
 from ._base import MHAParams
+from ._generic import MaskArgs
 from ._native_common import NativeMixin, is_default_scale
 from .torch_backend import TorchBackend, _torch
 
@@ -101,12 +102,13 @@ class TorchSDPA(_TorchNative):
         """GRAD: autograd through the spec's projections around the native kernel."""
         return self._mha_over_sdpa(*args)
 
-    def _sdpa(self, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale):
+    def _sdpa(self, q, k, v, masks: MaskArgs):
         torch = _torch()
         F = torch.nn.functional
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
-        additive = self._additive_sum(bias, legacy_mask, q)
-        only_causal = mask is None and key_padding_mask is None and additive is None
+        additive = self._additive_sum(masks, q)
+        causal = masks.causal
+        only_causal = masks.mask is None and masks.key_padding_mask is None and additive is None
         kwargs = {}
         if causal is not None and only_causal:
             if self._native_causal(causal, len_q, len_k):
@@ -117,14 +119,14 @@ class TorchSDPA(_TorchNative):
 
                 kwargs["attn_mask"] = causal_lower_right(len_q, len_k)
                 causal = None
-        allowed = self._allowed_rank4(len_q, len_k, q, mask, key_padding_mask, causal)
+        allowed = self._allowed_rank4(len_q, len_k, q, masks.mask, masks.key_padding_mask, causal)
         if additive is not None:
             kwargs["attn_mask"] = self._neg_inf_where_blocked(allowed, additive, q)
         elif allowed is not None:
             kwargs["attn_mask"] = allowed
         # no torch.no_grad(): mha_vjp differentiates through the kernel (plain calls build no graph,
         # their inputs do not require grad)
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=scale, **kwargs)
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=masks.scale, **kwargs)
         return out, None
 
     def _mha(self, *args):
@@ -190,12 +192,10 @@ class TorchMHA(_TorchNative):
                 mod.out_proj.bias.copy_(b_or_zero(p.b_o, d_model))
         return mod
 
-    def _mha(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
-             key_padding_mask, causal, scale):
+    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
         torch = _torch()
         with torch.no_grad():
-            out, weights, _ = self._call(query, key, value, p, num_heads, mask, bias, legacy_mask,
-                                         key_padding_mask, causal, scale)
+            out, weights, _ = self._call(query, key, value, p, num_heads, masks)
         return out, weights
 
     def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
@@ -204,12 +204,14 @@ class TorchMHA(_TorchNative):
         """GRAD: autograd w.r.t. fresh input leaves and the module's parameters, mapped back to the
         spec's layout (transposed, packed in_proj split into W_q, W_k, W_v)."""
         torch = _torch()
-        params, args = self._mha_args(query, key, value, params, num_heads, mask, bias,
-                                      legacy_mask, key_padding_mask, causal, scale, num_kv_heads)
+        call = self._mha_call(query, key, value, params, num_heads, mask, bias, legacy_mask,
+                              key_padding_mask, causal, scale, num_kv_heads)
+        params = call.params
         x = {n: t.detach().clone().requires_grad_(True)
              for n, t in (("query", query), ("key", key), ("value", value))}
         with torch.enable_grad():
-            out, _, mod = self._call(x["query"], x["key"], x["value"], params, *args)
+            out, _, mod = self._call(x["query"], x["key"], x["value"], params, call.num_heads,
+                                     call.masks)
             named = dict(mod.named_parameters())
             grads = torch.autograd.grad(out, [*x.values(), *named.values()],
                                         grad_outputs=cotangent, allow_unused=True)
@@ -233,17 +235,17 @@ class TorchMHA(_TorchNative):
                 result["b_o"] = g["out_proj.bias"]
         return result
 
-    def _call(self, query, key, value, p: MHAParams, num_heads, mask, bias, legacy_mask,
-              key_padding_mask, causal, scale):
+    def _call(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
         """The module call of :meth:`_mha`: (output, weights, module)."""
         d_k = self._shape(p.w_q)[1] // num_heads
-        if not is_default_scale(scale, d_k):
-            self._unsupported(f"scale = {scale!r} (it always uses 1/sqrt(d_k) = "
+        key_padding_mask = masks.key_padding_mask
+        if not is_default_scale(masks.scale, d_k):
+            self._unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
                               f"{1 / d_k ** 0.5!r})")
         mod = self._module(p, num_heads, query)
         b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
-        allowed = self._allowed_rank4(len_q, len_k, query, mask, None, causal)
-        additive = self._additive_sum(bias, legacy_mask, query)
+        allowed = self._allowed_rank4(len_q, len_k, query, masks.mask, None, masks.causal)
+        additive = self._additive_sum(masks, query)
         kwargs = {}
         attn = None
         if additive is not None:

@@ -11,15 +11,18 @@ Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 
 from __future__ import annotations
 
-from ._validate import CAUSAL_VALUES, FLOAT_DTYPES, Arg, Dims, check_heads, check_mha, check_sdpa
+from ._validate import (CAUSAL_VALUES, FLOAT_DTYPES, Arg, Dims, check_heads, check_mha,
+                        check_sdpa, require_array)
 
 __all__ = ["Arg", "Dims", "CAUSAL_VALUES", "FLOAT_DTYPES", "arg", "check_heads", "check_mha",
            "check_sdpa"]
 
 
-def arg(name: str, x) -> Arg | None:
-    """``x`` (any array with ``.shape`` and ``.dtype``) as an :class:`Arg`; None stays None."""
+def arg(name: str, x, *, op: str = "validation") -> Arg | None:
+    """``x`` (any array with ``.shape`` and ``.dtype``) as an :class:`Arg`; None stays None.
+    Anything else (a list, a scalar) raises ValueError naming ``name``, prefixed by ``op``."""
     if x is None:
         return None
+    require_array(op, name, x)
     dtype = getattr(x.dtype, "name", None) or str(x.dtype).removeprefix("torch.")
     return Arg(name, tuple(int(n) for n in x.shape), dtype)

@@ -29,6 +29,10 @@ class Chapter:
     intro: str
 
 
+#: ``[spec] status``: a draft may still change; a released version is frozen (errata policy).
+STATUSES = ("draft", "released")
+
+
 @dataclass(frozen=True)
 class Spec:
     name: str
@@ -36,6 +40,11 @@ class Spec:
     title: str
     chapters: tuple[Chapter, ...]
     clauses: tuple[Clause, ...]
+    status: str  # one of STATUSES
+
+    @property
+    def is_draft(self) -> bool:
+        return self.status == "draft"
 
     def clause(self, clause_id: str) -> Clause:
         for c in self.clauses:
@@ -49,7 +58,8 @@ class Spec:
 
 
 def parse(text: str) -> Spec:
-    """Parse the TOML clause table; rejects duplicate ids and clauses of unknown chapters."""
+    """Parse the TOML clause table; rejects duplicate ids, clauses of unknown chapters and a
+    ``[spec] status`` other than "draft" or "released"."""
     data = tomllib.loads(text)
     chapters = tuple(Chapter(c["id"], c["title"], c.get("intro", "").strip()) for c in data["chapter"])
     chapter_ids = {c.id for c in chapters}
@@ -64,7 +74,10 @@ def parse(text: str) -> Spec:
             raise ValueError(f"clause {c.id!r} does not belong to a declared chapter ({c.chapter!r})")
         seen.add(c.id)
     meta = data["spec"]
-    return Spec(meta["name"], meta["version"], meta["title"], chapters, clauses)
+    status = meta.get("status")
+    if status not in STATUSES:
+        raise ValueError(f"[spec] status must be one of {STATUSES}, got {status!r}")
+    return Spec(meta["name"], meta["version"], meta["title"], chapters, clauses, status)
 
 
 @lru_cache(maxsize=1)

@@ -6,10 +6,15 @@ from . import Spec, load
 
 
 def render_markdown(spec: Spec) -> str:
-    """The whole specification as Markdown; each clause heading carries ``{#<clause-id>}``."""
-    lines = [f"# {spec.title}", "",
-             f"**{spec.name} {spec.version}**. Cite a clause as *{spec.name} {spec.version}, clause MASK-9*.",
-             "Generated from `spec/clauses.toml`; do not edit by hand.", ""]
+    """The whole specification as Markdown; each clause heading carries ``{#<clause-id>}``. A
+    draft says so in its title and version line (a released version's text is unchanged)."""
+    draft = " (draft)" if spec.is_draft else ""
+    lines = [f"# {spec.title}{draft}", "",
+             f"**{spec.name} {spec.version}{draft}**. Cite a clause as *{spec.name} {spec.version}, "
+             f"clause MASK-9*.", "Generated from `spec/clauses.toml`; do not edit by hand.", ""]
+    if spec.is_draft:
+        lines += [f"This is a draft: its clauses may still change before {spec.version} is "
+                  f"released.", ""]
     for n, chapter in enumerate(spec.chapters, start=1):
         lines += [f"## {n}. {chapter.title} ({chapter.id}) {{#{chapter.id}}}", ""]
         if chapter.intro:

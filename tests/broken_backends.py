@@ -513,3 +513,69 @@ EXPECTED = {
     "LEGACY_OFFSET_MINUS_2E9": ("broken-legacy-minus-2e9", {"MASK-3"}),
     "FUSED_PROJECTION_WHEN_KEY_IS_VALUE": ("broken-fused-kv-alias", {"MHA-3", "MHA-4"}),
 }
+
+
+# -- backends that write into the caller's arrays (INPUT-1); their results are right --------------
+
+class QueryDoubledInPlace(_Broken):
+    """Attention doubles ``q`` in place and halves the scale: exact results, the caller's q
+    doubled."""
+
+    def scaled_dot_product_attention(self, q, k, v, *, scale=None, **kw):
+        scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        np.multiply(q, 2, out=q)
+        return super().scaled_dot_product_attention(q, k, v, scale=scale / 2, **kw)
+
+
+class QueryWeightScaledThroughView(_Broken):
+    """The per-head algorithm folds the scale into each head's block of W_q and b_q, slices that
+    share the caller's buffer, and attends with scale 1: the caller's W_q and b_q are scaled."""
+
+    def _mha(self, query, key, value, p, num_heads, masks, *rest):
+        d_k = p.w_q.shape[1] // num_heads
+        for i in range(num_heads):
+            head = slice(i * d_k, (i + 1) * d_k)
+            block = p.w_q[:, head]  # a view
+            block *= masks.scale
+            if p.b_q is not None:
+                bias = p.b_q[head]
+                bias *= masks.scale
+        return super()._mha(query, key, value, p, num_heads, masks._replace(scale=1.0), *rest)
+
+
+class MaskInvertedInPlace(_Broken):
+    """Turns the caller's boolean mask into a kernel's polarity (True = blocked) in place and never
+    turns it back: the caller's mask is cleared where it allowed and set where it blocked."""
+
+    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
+        if mask is not None:
+            blocked = np.logical_not(mask, out=mask)
+            mask = np.logical_not(blocked)
+        return super()._combine_masks(len_q, len_k, like, mask, key_padding_mask, causal)
+
+
+class PaddedValuesZeroedInPlace(_Broken):
+    """Zeroes the value rows of padded keys in place ("they are masked anyway") when value is an
+    array of its own: the output is unchanged, the caller's value is not."""
+
+    def multi_head_attention(self, query, key, value, params, *, num_heads, key_padding_mask=None,
+                             **kw):
+        if key_padding_mask is not None and value is not key and value is not query:
+            value[~key_padding_mask] = 0.0
+        return super().multi_head_attention(query, key, value, params, num_heads=num_heads,
+                                            key_padding_mask=key_padding_mask, **kw)
+
+
+QUERY_DOUBLED_IN_PLACE = QueryDoubledInPlace("broken-q-doubled-in-place")
+QUERY_WEIGHT_SCALED_THROUGH_VIEW = QueryWeightScaledThroughView("broken-w-q-scaled-in-place",
+                                                                "perhead")
+MASK_INVERTED_IN_PLACE = MaskInvertedInPlace("broken-mask-inverted-in-place")
+PADDED_VALUES_ZEROED_IN_PLACE = PaddedValuesZeroedInPlace("broken-value-zeroed-in-place")
+
+#: attribute -> (backend name, clauses it must fail): results are right, only INPUT-1 catches them
+MODIFIES_INPUTS = {
+    "QUERY_DOUBLED_IN_PLACE": ("broken-q-doubled-in-place", {"INPUT-1"}),
+    "QUERY_WEIGHT_SCALED_THROUGH_VIEW": ("broken-w-q-scaled-in-place", {"INPUT-1"}),
+    "MASK_INVERTED_IN_PLACE": ("broken-mask-inverted-in-place", {"INPUT-1"}),
+    "PADDED_VALUES_ZEROED_IN_PLACE": ("broken-value-zeroed-in-place", {"INPUT-1"}),
+}

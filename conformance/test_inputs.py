@@ -1,0 +1,141 @@
+"""Chapter INPUT: operations leave the caller's arrays exactly as they were (INPUT-1).
+
+Each test converts a case's inputs with ``impl.arr``, keeps NumPy copies of them as the backend
+holds them (``to_numpy`` of each, copied: a backend's ``to_numpy`` may share memory with its
+array), calls one operation, converts every input back and compares it bit for bit with its copy
+(a NaN still NaN). Inputs that are one array stay one array: self-attention passes ``query`` as
+``key`` and ``value`` too.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths, d_model query width.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from mhaspec.backends import MHAParams
+from mhaspec.conformance.strategies import case_specs
+from mhaspec.spec import oracle
+
+ALL_MASKS = {"masks": True, "bias": True, "legacy": True, "key_padding": True, "causal": True,
+             "custom_scale": True}
+
+
+def same_bits(before: np.ndarray, after: np.ndarray) -> bool:
+    """Equal shape, dtype and bits, except that NaN equals NaN whatever its payload."""
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    if before.dtype.kind != "f":
+        return bool(np.array_equal(before, after))
+    both_nan = np.isnan(before) & np.isnan(after)
+    bits = before.view(f"u{before.dtype.itemsize}") == after.view(f"u{after.dtype.itemsize}")
+    return bool(np.all(bits | both_nan))
+
+
+class Inputs:
+    """The backend arrays of one call by argument name, with a NumPy copy of each taken before the
+    call (one array passed as several arguments is converted once and kept under each name)."""
+
+    def __init__(self, impl, **arrays):
+        self.impl = impl
+        converted: dict[int, object] = {}
+        self.arrays = {}
+        for name, x in arrays.items():
+            if x is None:
+                continue
+            if id(x) not in converted:
+                converted[id(x)] = impl.arr(x)
+            self.arrays[name] = converted[id(x)]
+        self.copies = {n: np.array(self._numpy(a), copy=True) for n, a in self.arrays.items()}
+
+    def __getitem__(self, name: str):
+        return self.arrays.get(name)
+
+    def _numpy(self, a) -> np.ndarray:
+        return np.asarray(self.impl.backend.to_numpy(a))
+
+    def expect_unchanged(self, op: str) -> None:
+        changed = [n for n, a in self.arrays.items() if not same_bits(self.copies[n], self._numpy(a))]
+        assert not changed, (f"[INPUT-1] {self.impl.id}: {op} modified its argument(s) "
+                             f"{', '.join(repr(n) for n in changed)}")
+
+    def params(self) -> MHAParams:
+        return MHAParams(*(self[n] for n in MHAParams._fields))
+
+
+def _masks(inputs: Inputs, case) -> dict:
+    kw = case.mask_kwargs()
+    return {**kw, **{n: inputs[n] for n in ("mask", "bias", "legacy_mask", "key_padding_mask")}}
+
+
+def _mha_inputs(impl, case, *, one_array: bool = False, **extra) -> Inputs:
+    query = case.query
+    key, value = (query, query) if one_array else (case.key, case.value)
+    return Inputs(impl, query=query, key=key, value=value, **case.params._asdict(), mask=case.mask,
+                  bias=case.bias, legacy_mask=case.legacy_mask,
+                  key_padding_mask=case.key_padding_mask, **extra)
+
+
+@pytest.mark.clause("INPUT-1")
+@pytest.mark.requires("heads")
+@given(spec=case_specs())
+def test_split_heads_and_combine_heads_leave_their_input_unchanged(impl, spec):
+    case = impl.case(spec)
+    split = Inputs(impl, x=oracle.combine_heads(case.q))  # (B, L_q, h*d_k)
+    impl.backend.split_heads(split["x"], spec.heads)
+    split.expect_unchanged("split_heads")
+    combine = Inputs(impl, x=case.q)  # (B, h, L_q, d_k)
+    impl.backend.combine_heads(combine["x"])
+    combine.expect_unchanged("combine_heads")
+
+
+@pytest.mark.clause("INPUT-1")
+@pytest.mark.requires("sdpa")
+@given(spec=case_specs(**ALL_MASKS))
+def test_attention_leaves_its_inputs_unchanged(impl, spec):
+    case = impl.case(spec, "sdpa")
+    inputs = Inputs(impl, q=case.q, k=case.k, v=case.v, mask=case.mask, bias=case.bias,
+                    legacy_mask=case.legacy_mask, key_padding_mask=case.key_padding_mask)
+    impl.backend.scaled_dot_product_attention(inputs["q"], inputs["k"], inputs["v"],
+                                              **_masks(inputs, case))
+    inputs.expect_unchanged("scaled_dot_product_attention")
+
+
+@pytest.mark.clause("INPUT-1")
+@pytest.mark.requires("mha")
+@given(spec=case_specs(**ALL_MASKS))
+def test_multi_head_attention_leaves_its_inputs_unchanged(impl, spec):
+    case = impl.case(spec)
+    inputs = _mha_inputs(impl, case)
+    impl.backend.multi_head_attention(inputs["query"], inputs["key"], inputs["value"],
+                                      inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
+    inputs.expect_unchanged("multi_head_attention")
+
+
+@pytest.mark.clause("INPUT-1")
+@pytest.mark.requires("mha")
+@given(spec=case_specs(cross=False, **ALL_MASKS))
+def test_self_attention_leaves_its_one_input_unchanged(impl, spec):
+    """query is key is value: one array, read three times (and fused projections, MHA-2)."""
+    case = impl.case(spec)
+    inputs = _mha_inputs(impl, case, one_array=True)
+    assert inputs["query"] is inputs["key"] is inputs["value"]
+    impl.backend.multi_head_attention(inputs["query"], inputs["key"], inputs["value"],
+                                      inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
+    inputs.expect_unchanged("multi_head_attention (self-attention)")
+
+
+@pytest.mark.clause("INPUT-1")
+@pytest.mark.requires("grad")
+@pytest.mark.dtypes("float64", "float32")
+@given(spec=case_specs(**ALL_MASKS))
+def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(impl, spec):
+    case = impl.case(spec)
+    s = case.spec
+    cotangent = np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
+    inputs = _mha_inputs(impl, case, one_array=s.self_attention, cotangent=cotangent)
+    impl.backend.mha_vjp(inputs["query"], inputs["key"], inputs["value"], inputs.params(),
+                         inputs["cotangent"], num_heads=s.heads, **_masks(inputs, case))
+    inputs.expect_unchanged("mha_vjp")

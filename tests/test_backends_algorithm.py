@@ -1,0 +1,159 @@
+"""Each generic backend runs the algorithm it names, compiled or not (MHA-1 vs MHA-2).
+
+Both algorithms conform, so the conformance suite cannot tell them apart; the traced program can.
+The JAX and TensorFlow backends are traced (a jaxpr; a ``tf.function`` graph with the functions it
+calls) and their matrix products counted. With h heads, scaled dot-product attention is
+2 products batched (QK^T, PV over all heads at once) and 2h per head; cross-attention
+multi-head attention is 3 + 2 + 1 = 6 batched and 3h + 2h + 1 per head.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_k per-head width, d_model query width.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mhaspec.backends import Algorithm, MHAParams, load_backend, registered_backends
+
+B, H, L_Q, L_K, D_K = 2, 4, 3, 5, 8
+D_MODEL = H * D_K
+TRACEABLE = {"jax": "jax", "tensorflow": "tensorflow"}  # framework -> module to import
+
+
+def _generic_backends() -> list[str]:
+    """Registered backends that run one of the generic algorithms (native adapters excluded:
+    the framework's op computes there) in a framework whose programs can be traced here."""
+    names = []
+    for name in sorted(registered_backends()):
+        backend = load_backend(name)
+        if (backend.framework in TRACEABLE and isinstance(getattr(backend, "algorithm", None),
+                                                           Algorithm)
+                and not getattr(backend, "native_op", "")):
+            names.append(name)
+    return names
+
+
+def expected_products(op: str, algorithm: Algorithm) -> int:
+    """Matrix products in the traced program of ``op`` with H heads (see the module docstring)."""
+    batched = algorithm is Algorithm.BATCHED
+    if op == "sdpa":
+        return 2 if batched else 2 * H
+    return 6 if batched else 5 * H + 1
+
+
+def _inputs(backend, op: str) -> tuple:
+    rng = np.random.default_rng(0)
+
+    def arr(*shape):
+        return backend.asarray(rng.standard_normal(shape), dtype="float32")
+
+    if op == "sdpa":
+        return arr(B, H, L_Q, D_K), arr(B, H, L_K, D_K), arr(B, H, L_K, D_K)
+    return (arr(B, L_Q, D_MODEL), arr(B, L_K, D_MODEL), arr(B, L_K, D_MODEL),
+            *(arr(D_MODEL, D_MODEL) for _ in range(4)))
+
+
+def _call(backend, op: str):
+    """A function of the input arrays returning the output of ``op``."""
+    if op == "sdpa":
+        return lambda q, k, v: backend.scaled_dot_product_attention(q, k, v)[0]
+    return lambda query, key, value, *w: backend.multi_head_attention(
+        query, key, value, MHAParams(*w), num_heads=H)[0]
+
+
+def _jax_products(backend, op: str) -> int:
+    jax = pytest.importorskip("jax")
+    closed = jax.make_jaxpr(_call(backend, op))(*_inputs(backend, op))
+
+    def count(jaxpr) -> int:
+        n = 0
+        for eqn in jaxpr.eqns:
+            n += eqn.primitive.name == "dot_general"
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (list, tuple)) else (param,):
+                    inner = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                    if hasattr(inner, "eqns"):
+                        n += count(inner)
+        return n
+
+    return count(closed.jaxpr)
+
+
+def _tf_products(backend, op: str) -> int:
+    tf = pytest.importorskip("tensorflow")
+    graph = tf.function(_call(backend, op)).get_concrete_function(
+        *_inputs(backend, op)).graph.as_graph_def()
+    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    return sum(o in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") for o in ops)
+
+
+PRODUCTS = {"jax": _jax_products, "tensorflow": _tf_products}
+
+
+@pytest.mark.parametrize("op", ["sdpa", "mha"])
+@pytest.mark.parametrize("name", _generic_backends())
+def test_traced_program_is_the_named_algorithm(name, op):
+    backend = load_backend(name)
+    pytest.importorskip(TRACEABLE[backend.framework])
+    got = PRODUCTS[backend.framework](backend, op)
+    assert got == expected_products(op, backend.algorithm), (
+        f"{name} ({backend.algorithm}) traced {got} matrix products for {op} with h = {H}: "
+        f"batched is {expected_products(op, Algorithm.BATCHED)}, per head "
+        f"{expected_products(op, Algorithm.PER_HEAD)}")
+
+
+def _jit():
+    pytest.importorskip("jax")
+    from mhaspec.backends.jax_backend import JitJaxBackend
+
+    return JitJaxBackend()
+
+
+def _function():
+    pytest.importorskip("tensorflow")
+    from mhaspec.backends.tf_backend import FunctionTensorFlowBackend
+
+    return FunctionTensorFlowBackend()
+
+
+@pytest.mark.parametrize("op", ["sdpa", "mha"])
+@pytest.mark.parametrize("make", [_jit, _function], ids=["jax-jit", "tf-function"])
+def test_compiled_variants_compile_the_batched_algorithm(make, op):
+    """What the docs promise: jax-jit and tf-function compile the batched algorithm (MHA-2)."""
+    backend = make()
+    assert PRODUCTS[backend.framework](backend, op) == expected_products(op, Algorithm.BATCHED)
+
+
+@pytest.mark.parametrize("make", [_jit, _function], ids=["jax-jit", "tf-function"])
+@pytest.mark.parametrize("algorithm", list(Algorithm))
+def test_compiled_variants_wrap_the_algorithm_they_are_given(make, algorithm):
+    backend = type(make())(algorithm)
+    assert backend.algorithm is algorithm
+    assert PRODUCTS[backend.framework](backend, "sdpa") == expected_products("sdpa", algorithm)
+
+
+@pytest.mark.parametrize("name", sorted(registered_backends()))
+def test_the_algorithm_cannot_be_reassigned(name):
+    backend = load_backend(name)
+    with pytest.raises(AttributeError):
+        backend.algorithm = Algorithm.PER_HEAD
+
+
+def test_the_algorithm_cannot_be_changed_after_construction_or_redefined():
+    from mhaspec.backends.np_backend import NumpyBackend
+
+    backend = NumpyBackend(Algorithm.BATCHED)
+    with pytest.raises(AttributeError, match="chosen once"):
+        backend._algorithm = Algorithm.PER_HEAD
+    for member in ("algorithm", "_algorithm", "_batched"):
+        with pytest.raises(TypeError, match="redefines"):
+            type("Sneaky", (NumpyBackend,), {member: property(lambda self: Algorithm.PER_HEAD)})
+    assert backend.algorithm is Algorithm.BATCHED
+
+
+def test_an_unknown_algorithm_is_rejected():
+    from mhaspec.backends.np_backend import NumpyBackend
+
+    with pytest.raises(ValueError, match="'algorithm'"):
+        NumpyBackend("jit")
