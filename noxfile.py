@@ -4,12 +4,16 @@ One helper (:func:`install`) installs the project with the frameworks a session 
 installed as the CPU build (``MHASPEC_TORCH``, default ``torch==2.13.0``): an unpinned ``torch`` on
 PyPI is a multi-GB CUDA build. ``MHASPEC_TORCH`` and ``MHASPEC_JAX`` are pip arguments (split like
 a shell), e.g. a CUDA build for the GPU cells: ``MHASPEC_JAX="jax[cuda13]"``.
+
+The conformance sessions run one pytest-xdist worker per core (``-n auto``) unless the arguments
+choose (``-- -n 2``, ``-- -n 0`` for one process), and each worker then computes on one thread.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 
 import nox
@@ -22,6 +26,14 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 TORCH = shlex.split(os.environ.get("MHASPEC_TORCH", "torch==2.13.0"))
 JAX = shlex.split(os.environ.get("MHASPEC_JAX", ""))  # empty: the "jax" extra's plain jax
 FRAMEWORKS = ("torch", "jax", "tensorflow")
+#: The environment of each pytest-xdist worker (where the caller's does not set these): one compute
+#: thread, since with a worker per core the frameworks' own thread pools (OpenBLAS, OpenMP,
+#: TensorFlow) oversubscribe the cores, and OpenBLAS waiting for a descheduled thread makes a small
+#: GEMM 10-50 times slower (measured on the 2-core CI machine); and GPU memory taken as needed, not
+#: claimed whole by the first worker (JAX and TensorFlow claim most of it by default).
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
+              "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
 
 
 def install(session: nox.Session, *extras: str, groups: tuple[str, ...] = ("test",)) -> None:
@@ -36,19 +48,42 @@ def install(session: nox.Session, *extras: str, groups: tuple[str, ...] = ("test
     session.install("-e", spec)
 
 
+def run_suite(session: nox.Session, *args: str) -> None:
+    """Run the conformance suite (``MHASPEC_PROFILE``, default ci) with ``args`` and the session's
+    arguments, on every core unless those choose the workers (see :func:`parallel`)."""
+    workers, env = parallel(session.posargs)
+    session.run("pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
+                "--mhaspec-profile", os.environ.get("MHASPEC_PROFILE", "ci"), *args, *workers,
+                *session.posargs, env=env)
+
+
+def parallel(posargs: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``(["-n", "auto"], env)`` unless ``posargs`` choose the pytest-xdist workers themselves
+    (``-n N``, ``-nN``, ``--numprocesses=N``, ``-p no:xdist``); ``env``: the entries of
+    :data:`WORKER_ENV` the caller's environment lacks, none when the run is one process (``-n 0``,
+    ``-p no:xdist``)."""
+    words = " ".join(posargs).replace("--numprocesses", "-n").replace("-n=", "-n ")
+    chosen = re.findall(r"(?:^| )-n ?(\S+)", words)
+    if chosen and chosen[-1] == "0" or "no:xdist" in posargs:
+        return [], {}
+    env = {name: value for name, value in WORKER_ENV.items() if name not in os.environ}
+    return ([] if chosen else ["-n", "auto"]), env
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The project's own tests: oracle vs mpmath, spec data, strategies, broken backends rejected."""
-    install(session)
+    """The project's own tests with every framework installed (native-op adapters, JAX compile
+    budget, oracle vs mpmath, spec data, broken backends rejected); only GPU tests may skip."""
+    install(session, *FRAMEWORKS)
     session.run("pytest", *session.posargs)
 
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """Run the conformance suite (ci profile) against every in-repo backend on this machine."""
+    """Run the conformance suite (ci profile) against every in-repo backend on this machine, one
+    pytest-xdist worker per core (``-- -n 0`` for one process)."""
     install(session, *FRAMEWORKS)
-    session.run("pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
-                "--mhaspec-profile", os.environ.get("MHASPEC_PROFILE", "ci"), *session.posargs)
+    run_suite(session)
 
 
 @nox.session(default=False)
@@ -58,9 +93,7 @@ def conformance_framework(session: nox.Session, framework: str) -> None:
     extras = {"numpy": (), "torch": ("torch",), "jax": ("jax",), "tensorflow": ("tensorflow",)}
     install(session, *extras[framework])
     frameworks = ("tensorflow", "keras") if framework == "tensorflow" else (framework,)
-    session.run("pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
-                "--mhaspec-profile", os.environ.get("MHASPEC_PROFILE", "ci"),
-                *(f"--framework={f}" for f in frameworks), *session.posargs)
+    run_suite(session, *(f"--framework={f}" for f in frameworks))
 
 
 @nox.session

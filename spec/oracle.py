@@ -81,12 +81,35 @@ class _Arith:
     def matmul(self, a, b):
         """a (..., n, d) @ b (..., d, m), or b (d, m)."""
         if not self.sequential:
+            if a.ndim > 2 and b.ndim == 2:  # one GEMM over all rows, not one BLAS call per batch item
+                return self.rnd((a.reshape(-1, a.shape[-1]) @ b).reshape(a.shape[:-1] + b.shape[-1:]))
             return self.rnd(a @ b)
-        acc = np.zeros(np.broadcast_shapes(a.shape[:-1], b.shape[:-2] + (1,))[:-1]
-                       + (a.shape[-2], b.shape[-1]), dtype=self.dtype)
-        for j in range(a.shape[-1]):
-            acc += a[..., j:j + 1] * b[..., j:j + 1, :]
-        return acc
+        return _sequential_matmul(a, b, self.dtype)
+
+
+def _sequential_matmul(a, b, dtype) -> np.ndarray:
+    """a (..., n, d) @ b (..., d, m) in ``dtype``, each dot product summed left to right with a
+    rounding after every multiply and add, vectorised over every axis but d: step j adds the
+    outer product of column j of a and row j of b, laid out with the longer of n and m innermost
+    (a rounded product does not depend on the order of its factors)."""
+    a, b = np.asarray(a, dtype=dtype), np.asarray(b, dtype=dtype)
+    if b.ndim == 2 and a.ndim > 2:  # one right-hand matrix: stack every row of a
+        out = _sequential_matmul(a.reshape(-1, a.shape[-1]), b, dtype)
+        return out.reshape(a.shape[:-1] + out.shape[-1:])
+    a_cols = np.moveaxis(a, -1, 0).copy()  # (d, ..., n)
+    b_rows = np.moveaxis(b, -2, 0).copy()  # (d, ..., m)
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    n, m = a.shape[-2], b.shape[-1]
+    transposed = n > m  # then accumulate the product's transpose (..., m, n)
+    acc = np.zeros(lead + ((m, n) if transposed else (n, m)), dtype=dtype)
+    term = np.empty_like(acc)
+    for a_j, b_j in zip(a_cols, b_rows):
+        if transposed:
+            np.multiply(b_j[..., :, None], a_j[..., None, :], out=term)
+        else:
+            np.multiply(a_j[..., :, None], b_j[..., None, :], out=term)
+        acc += term
+    return np.ascontiguousarray(np.swapaxes(acc, -1, -2)) if transposed else acc
 
 
 def allowed_mask(b: int, h: int, l_q: int, l_k: int, *, mask=None, key_padding_mask=None,
@@ -109,13 +132,16 @@ def _softmax_rows(logits: np.ndarray, allowed: np.ndarray, ar: _Arith) -> np.nda
     """Softmax over the last axis restricted to ``allowed``; an empty row gives zeros (MASK-9)."""
     allowed = allowed & (logits != -np.inf)
     weights = np.zeros_like(logits)
-    for row in range(logits.shape[0]):
-        keep = allowed[row]
-        if not keep.any():
-            continue
-        shifted = ar.rnd(logits[row, keep] - ar.rnd(np.max(logits[row, keep])))
+    counts = np.count_nonzero(allowed, axis=-1)
+    # rows with the same number n of allowed keys at once: their allowed logits, packed in key
+    # order into an (r, n) array, give each row the same sums as the row alone
+    for n in np.unique(counts[counts > 0]):
+        rows = np.flatnonzero(counts == n)
+        cols = np.nonzero(allowed[rows])[1].reshape(rows.size, n)
+        kept = logits[rows[:, None], cols]
+        shifted = ar.rnd(kept - ar.rnd(np.max(kept, axis=-1, keepdims=True)))
         e = ar.rnd(np.exp(shifted))
-        weights[row, keep] = ar.rnd(e / ar.rnd(np.sum(e)))
+        weights[rows[:, None], cols] = ar.rnd(e / ar.rnd(np.sum(e, axis=-1, keepdims=True)))
     return weights
 
 
