@@ -1,23 +1,38 @@
-"""Run a case on a backend and judge it against the oracle (used by every conformance test).
+"""Run an operation on a case and judge the result against the oracle (every conformance test and
+tool goes through here).
 
 Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 
-:class:`Impl` is one parametrization of the suite: a backend on a device in a dtype. Its
-``sdpa`` / ``mha`` methods convert a :class:`~mhaspec.conformance.strategies.Case` to the backend's
-arrays, call it, check the results live on the requested device, and return NumPy results.
-:func:`expect_oracle` compares them with the float64 oracle under NUM-3 and raises an
-``AssertionError`` naming the clause, the error and a reproducer a user can paste.
+:class:`Impl` is one parametrization of the suite: a backend on a device in a dtype.
+:func:`run` runs an operation on a :class:`~mhaspec.conformance.strategies.Case` and returns NumPy
+results; :meth:`Impl.call` is the one place a backend method is called (the per-call time limit,
+the call count, the device check). :func:`check` judges a result against the float64 oracle under
+NUM-3 and returns the verdicts; :func:`expect_oracle` raises an ``AssertionError`` naming the
+clause, the error and a reproducer a user can paste.
+
+Per-call time limit: a backend call that runs longer than the run's limit (the plugin's
+``--mhaspec-call-timeout``) raises :class:`CallTimeout`, naming the limit. In the main thread (pytest
+and its xdist workers run tests there) the limit is a ``SIGALRM`` timer (``setitimer``), which
+interrupts Python code, ``time.sleep`` and blocking waits of the backend; elsewhere the call runs
+in a daemon thread joined with the limit (the thread is abandoned, the test fails). A call stuck in
+C code that never returns to the interpreter is only interrupted by the thread form.
+:class:`CallTimeout` derives from ``BaseException`` so that neither a backend's ``except
+Exception`` nor Hypothesis's shrinking (which would repeat the slow call) swallows it: the test
+fails at once.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import pathlib
 import re
-import functools
-from typing import Any, NamedTuple
+import signal
+import threading
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
+import pytest
 
 from mhaspec.backends import MHAParams
 from mhaspec.spec import oracle
@@ -25,12 +40,71 @@ from mhaspec.spec import oracle
 from . import tolerance
 from .strategies import Case, CaseSpec, build_case
 
-#: The pytest item being run; the plugin sets it so results can be recorded on the item.
+OPS = ("sdpa", "mha")
+#: The pytest item being run; the plugin sets it so results are recorded on the item.
 current_item: contextvars.ContextVar[Any] = contextvars.ContextVar("mhaspec_current_item", default=None)
-#: backend name -> the reference it was loaded from (for reproducers); set by the plugin.
-BACKEND_REFS: dict[str, str] = {}
-#: where failing cases are saved as .npz (``--mhaspec-failures``); None: not saved.
-failures_dir: pathlib.Path | None = None
+
+
+class RunSettings(NamedTuple):
+    """Settings of one conformance run, kept in ``config.stash[SETTINGS_KEY]`` by the plugin.
+
+    ``failures_dir``: where failing cases are saved (None: not saved); ``backend_refs``: backend
+    name -> the reference it was loaded from (for reproducers); ``call_timeout``: seconds one
+    backend call may take (None: no limit)."""
+
+    failures_dir: pathlib.Path | None = None
+    backend_refs: Mapping[str, str] = {}
+    call_timeout: float | None = None
+
+
+SETTINGS_KEY = pytest.StashKey[RunSettings]()
+
+
+def run_settings() -> RunSettings:
+    """The settings of the running test's session (defaults outside a pytest run)."""
+    item = current_item.get()
+    if item is None:
+        return RunSettings()
+    return item.config.stash.get(SETTINGS_KEY, RunSettings())
+
+
+class CallTimeout(BaseException):
+    """A backend call ran past the per-call time limit (see the module docstring)."""
+
+
+def call_with_limit(fn, seconds: float | None, what: str):
+    """``fn()``, raising :class:`CallTimeout` naming ``what`` and the limit after ``seconds``."""
+    if not seconds:
+        return fn()
+    message = (f"{what} did not return within the per-call time limit of {seconds:g} s "
+               f"(--mhaspec-call-timeout)")
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def alarm(signum, frame):
+            raise CallTimeout(message)
+
+        previous = signal.signal(signal.SIGALRM, alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True, name="mhaspec-call")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise CallTimeout(message)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class Result(NamedTuple):
@@ -69,15 +143,48 @@ class Impl(NamedTuple):
         return self.backend.asarray(np.asarray(x), dtype=dtype, device=self.device)
 
     def masks(self, case: Case) -> dict:
+        """The case's mask keyword arguments as backend arrays."""
         kw = case.mask_kwargs()
         for name in ("mask", "bias", "legacy_mask", "key_padding_mask"):
             kw[name] = self.arr(kw[name])
         return kw
 
-    def _result(self, out, weights) -> Result:
+    def params(self, params) -> MHAParams:
+        """Projection parameters (``oracle.Params`` of NumPy arrays) as backend arrays."""
+        return MHAParams(*(self.arr(p) for p in params))
+
+    def mha_inputs(self, case: Case) -> tuple:
+        """(query, key, value) as backend arrays; inputs that are one NumPy array (self-attention,
+        or key and value shared) are passed as one backend array (MHA-3, MHA-4)."""
+        converted: dict[int, Any] = {}
+
+        def once(x):
+            if id(x) not in converted:
+                converted[id(x)] = self.arr(x)
+            return converted[id(x)]
+
+        return once(case.query), once(case.key), once(case.value)
+
+    def call(self, method: str, *args, **kwargs):
+        """``backend.<method>(*args, **kwargs)`` under the run's per-call time limit, counted on
+        the running test item. Every backend operation of the suite is called through here."""
         item = current_item.get()
         if item is not None:
             item.mhaspec_calls = getattr(item, "mhaspec_calls", 0) + 1
+        fn = getattr(self.backend, method)
+        return call_with_limit(lambda: fn(*args, **kwargs), run_settings().call_timeout,
+                               f"{self.backend.name}.{method} ({self.device}, {self.dtype})")
+
+    def sdpa(self, case: Case, **overrides) -> Result:
+        """:func:`run` of scaled_dot_product_attention."""
+        return run(self, "sdpa", case, **overrides)
+
+    def mha(self, case: Case, **overrides) -> Result:
+        """:func:`run` of multi_head_attention."""
+        return run(self, "mha", case, **overrides)
+
+    def result(self, out, weights=None) -> Result:
+        """A backend's (output, weights) as NumPy, after checking they live on this device."""
         for x in (out, weights):
             if x is not None and self.device != "cpu":
                 on = self.backend.device_of(x)
@@ -85,27 +192,28 @@ class Impl(NamedTuple):
         return Result(self.backend.to_numpy(out),
                       None if weights is None else self.backend.to_numpy(weights))
 
-    def sdpa(self, case: Case, **overrides) -> Result:
-        """Run scaled_dot_product_attention on ``case`` (keyword overrides replace mask kwargs)."""
-        kw = {**self.masks(case), **overrides}
-        return self._result(*self.backend.scaled_dot_product_attention(
-            self.arr(case.q), self.arr(case.k), self.arr(case.v), **kw))
 
-    def mha(self, case: Case, **overrides) -> Result:
-        """Run multi_head_attention on ``case``; inputs that are one NumPy array (self-attention,
-        or key and value shared) are passed as one backend array."""
-        converted: dict[int, Any] = {}  # inputs that are one array stay one array (MHA-3, MHA-4)
+def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
+    """Run ``op`` ("sdpa": scaled_dot_product_attention on q, k, v; "mha": multi_head_attention on
+    query, key, value and the parameters) of ``impl`` on ``case``; NumPy results.
 
-        def once(x):
-            if id(x) not in converted:
-                converted[id(x)] = self.arr(x)
-            return converted[id(x)]
-
-        query, key, value = once(case.query), once(case.key), once(case.value)
-        params = MHAParams(*(self.arr(p) for p in case.params))
-        kw = {**self.masks(case), **overrides}
-        return self._result(*self.backend.multi_head_attention(
-            query, key, value, params, num_heads=case.spec.heads, **kw))
+    Stable interface: ``overrides`` replace the case's keyword arguments (mask, bias, legacy_mask,
+    key_padding_mask, causal, scale, ... as NumPy or scalars; arrays are converted), and for
+    "mha" may add ``num_kv_heads`` or replace ``params`` (an ``oracle.Params``). Raises ValueError
+    for an unknown ``op``; the backend's own exceptions pass through; :class:`CallTimeout` past
+    the run's per-call time limit."""
+    kw = {**impl.masks(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
+                                 for k, v in overrides.items() if k != "params"}}
+    if op == "sdpa":
+        out = impl.call("scaled_dot_product_attention", impl.arr(case.q), impl.arr(case.k),
+                        impl.arr(case.v), **kw)
+    elif op == "mha":
+        params = impl.params(overrides.get("params", case.params))
+        out = impl.call("multi_head_attention", *impl.mha_inputs(case), params,
+                        num_heads=case.spec.heads, **kw)
+    else:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    return impl.result(*out)
 
 
 def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:
@@ -128,7 +236,8 @@ def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") ->
 
 
 def oracle_result(case: Case, op: str, precision: str = "float64", **overrides) -> Result:
-    """The oracle (or the naive algorithm in ``precision``) on ``case``; cached for unmodified cases."""
+    """The oracle (or the naive algorithm in ``precision``) on ``case``; cached for unmodified
+    cases. ``overrides`` as for :func:`run` (NumPy arrays)."""
     if not overrides and case is build_case(case.spec):
         return _cached_oracle(case.spec, op, precision)
     return _run_oracle(case, op, precision, **overrides)
@@ -144,19 +253,32 @@ def _run_oracle(case: Case, op: str, precision: str, **overrides) -> Result:
     info: dict = {}
     if op == "sdpa":
         out, weights = oracle.attention(case.q, case.k, case.v, precision=precision, info=info, **kw)
-    else:
-        out, weights = oracle.multi_head_attention(case.query, case.key, case.value, case.params,
+    elif op == "mha":
+        params = kw.pop("params", case.params)
+        out, weights = oracle.multi_head_attention(case.query, case.key, case.value, params,
                                                    num_heads=case.spec.heads, precision=precision,
                                                    info=info, **kw)
+    else:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
     return Result(out, weights, max(1.0, info.get("logit_condition", 0.0)))
 
 
-def naive_results(case: Case, op: str, dtype: str, **overrides) -> list[Result]:
-    """The naive algorithm in each precision NUM-3 uses as the reference for ``dtype``."""
-    return [oracle_result(case, op, p, **overrides) for p in tolerance.naive_precisions(dtype)]
+class Reference(NamedTuple):
+    """What NUM-3 compares a result with: the float64 oracle and the naive algorithm's results in
+    each precision :func:`tolerance.naive_precisions` gives for the dtype."""
+
+    expected: Result
+    naive: list[Result]
 
 
-def _scale(case: Case, op: str, expected: Result) -> float:
+def reference(case: Case, op: str, dtype: str, overrides: dict | None = None) -> Reference:
+    """The oracle and naive results for one check (each computed once)."""
+    overrides = overrides or {}
+    return Reference(oracle_result(case, op, **overrides),
+                     [oracle_result(case, op, p, **overrides) for p in tolerance.naive_precisions(dtype)])
+
+
+def magnitude(case: Case, op: str, expected: Result) -> float:
     """NUM-3's magnitude scale: the largest finite magnitude among the oracle's output and the
     attended values (non-finite entries, NUM-6, are judged by class, not by size)."""
     values = case.v if op == "sdpa" else case.value
@@ -186,7 +308,7 @@ def record_ratio(clause: str, ratio: float) -> None:
 def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = None) -> str:
     """Python a user can paste to replay exactly this case on this backend."""
     extra = f", overrides={overrides!r}" if overrides else ""
-    ref = BACKEND_REFS.get(impl.backend.name, impl.backend.name)
+    ref = run_settings().backend_refs.get(impl.backend.name, impl.backend.name)
     return ("from mhaspec.conformance.strategies import CaseSpec\n"
             "from mhaspec.conformance.replay import replay\n"
             f"replay({ref!r}, {op!r}, {spec!r}, device={impl.device!r}, "
@@ -194,57 +316,80 @@ def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = Non
 
 
 def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict) -> str:
-    """Save the failing case's arrays for ``mhaspec replay`` when a failures directory is set."""
-    if failures_dir is None:
+    """Save the failing case's arrays for ``mhaspec replay`` when the run has a failures
+    directory; returns the line telling how to replay it ("" when not saved)."""
+    settings = run_settings()
+    if settings.failures_dir is None:
         return ""
-    from .replay import save_case
+    from . import failure_file
 
     item = current_item.get()
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name if item is not None else clause)
-    path = save_case(failures_dir / f"{stem}.npz", impl, case, op=op, clause=clause,
-                     backend_ref=BACKEND_REFS.get(impl.backend.name, impl.backend.name),
-                     overrides=overrides)
-    ref = BACKEND_REFS.get(impl.backend.name, impl.backend.name)
+    ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
+    path = failure_file.save_case(settings.failures_dir / f"{stem}.npz", impl, case, op=op,
+                                  clause=clause, backend_ref=ref, overrides=overrides)
     return f"\nor: mhaspec replay {path} --backend {ref}"
 
 
-def allowance(case: Case, op: str, impl: Impl, expected: Result | None = None) -> tuple[float, float]:
+def allowance(case: Case, op: str, impl: Impl, ref: Reference | None = None) -> tuple[float, float]:
     """NUM-3's allowed absolute error for (output, weights) of this case in ``impl.dtype``."""
-    expected = expected or oracle_result(case, op)
-    naive = naive_results(case, op, impl.dtype)
-    length = sum_length(case.spec)
-    out = tolerance.judge(expected.out, expected.out, [n.out for n in naive], dtype=impl.dtype,
-                          scale=_scale(case, op, expected), sum_length=length,
+    ref = ref or reference(case, op, impl.dtype)
+    expected, length = ref.expected, sum_length(case.spec)
+    out = tolerance.judge(expected.out, expected.out, [n.out for n in ref.naive], dtype=impl.dtype,
+                          scale=magnitude(case, op, expected), sum_length=length,
                           condition=expected.condition)
-    w = tolerance.judge(expected.weights, expected.weights, [n.weights for n in naive],
+    w = tolerance.judge(expected.weights, expected.weights, [n.weights for n in ref.naive],
                         dtype=impl.dtype, scale=1.0, sum_length=length, condition=expected.condition)
     return out.allowed, w.allowed
 
 
-def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
-                  overrides: dict | None = None) -> None:
-    """Assert ``got`` agrees with the oracle under NUM-3 (output, and weights when returned).
+class Check(NamedTuple):
+    """One judged part of a result: ``what`` is "output" or "weights"."""
 
+    what: str
+    verdict: tolerance.Verdict
+
+
+def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
+          overrides: dict | None = None, ref: Reference | None = None) -> list[Check]:
+    """Judge ``got`` (from :func:`run` with the same ``overrides``) against the oracle under NUM-3:
+    the output, and the weights when returned. Returns one :class:`Check` per part, in that order;
+    records the worst ratio for ``clause`` on the running test; raises nothing for a mismatch.
+
+    Stable interface: ``ref`` lets a caller that already computed :func:`reference` (or the
+    oracle of a modified call, e.g. grouped heads) pass it; otherwise it is computed once here.
     Non-finite oracle results (NUM-6) must be non-finite in ``got`` too; weight rows whose oracle
-    row is not finite are not compared (NUM-6 leaves them free)."""
+    row is not finite are not compared (NUM-6 leaves them free). A result of the wrong shape
+    raises ``AssertionError`` naming both shapes."""
     overrides = overrides or {}
-    expected = oracle_result(case, op, **overrides)
-    naive = naive_results(case, op, impl.dtype, **overrides)
-    checks = [("output", got.out, expected.out, [n.out for n in naive], _scale(case, op, expected))]
+    ref = ref or reference(case, op, impl.dtype, overrides)
+    expected, naive = ref.expected, ref.naive
+    parts = [("output", got.out, expected.out, [n.out for n in naive], magnitude(case, op, expected))]
     if got.weights is not None:
         weights = [got.weights, expected.weights, *(n.weights for n in naive)]
         free = ~np.all(np.isfinite(expected.weights), axis=-1, keepdims=True)
         if free.any() and got.weights.shape == expected.weights.shape:
             weights = [np.where(free, 0.0, w) for w in weights]
-        checks.append(("weights", weights[0], weights[1], weights[2:], 1.0))
-    for what, actual, exp, nv, scale in checks:
+        parts.append(("weights", weights[0], weights[1], weights[2:], 1.0))
+    checks = []
+    for what, actual, exp, nv, scale in parts:
         verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=scale,
                                   sum_length=sum_length(case.spec), condition=expected.condition)
         record_ratio(clause, verdict.ratio)
+        checks.append(Check(what, verdict))
+    return checks
+
+
+def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
+                  overrides: dict | None = None, ref: Reference | None = None,
+                  context: str = "") -> None:
+    """Assert ``got`` agrees with the oracle under NUM-3 (:func:`check`); the message names the
+    clause, the part, the error and a reproducer (and the saved case when the run saves them)."""
+    for what, verdict in check(impl, case, got, op=op, clause=clause, overrides=overrides, ref=ref):
         if not verdict.ok:
-            saved = save_failure(impl, case, op, clause, overrides)
+            saved = save_failure(impl, case, op, clause, overrides or {})
             raise AssertionError(
-                f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what} "
+                f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what}{context} "
                 f"differs from the float64 oracle: {verdict.describe()}\n"
                 f"reproduce with:\n{reproducer(impl, op, case.spec, overrides)}" + saved)
 

@@ -4,6 +4,14 @@
   in-repo backend whose framework imports.
 * ``--mhaspec-profile dev|ci|certify`` chooses the Hypothesis profile (``ci`` is derandomized).
 * ``--mhaspec-report FILE.json`` writes every result with its clause, backend, device and dtype.
+* ``--mhaspec-call-timeout SECONDS`` limits every backend call (default 60 s; 0: no limit).
+
+The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the :class:`Collector`
+(results, not-run records, progress), :data:`BACKENDS_KEY` the loaded backends and
+``harness.SETTINGS_KEY`` the settings the suite reads. A program that runs pytest in-process
+(``mhaspec.runner``) may register a plugin object named :data:`PROVIDER` with a ``backends``
+attribute (already loaded backend objects, used instead of ``--backend``) and read the collector
+afterwards. Verdicts come from :mod:`mhaspec.conformance.verdicts`.
 
 Each conformance test names its clause(s) with ``@pytest.mark.clause("MASK-9")`` and the
 capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametrizes the ``impl``
@@ -19,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import time
 from collections import defaultdict
 
 import pytest
@@ -27,10 +36,14 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import harness, strategies, tolerance
+from . import harness, strategies, tolerance, verdicts
 
 NOT_IMPLEMENTED = "not implemented"
-OPS = ("sdpa", "mha")
+OPS = harness.OPS
+#: seconds a backend call may take unless ``--mhaspec-call-timeout`` says otherwise
+DEFAULT_CALL_TIMEOUT = 60.0
+#: name under which an in-process runner registers its plugin object providing loaded backends
+PROVIDER = "mhaspec-provider"
 # derandomize is explicit in every profile: Hypothesis derandomizes by default when it detects a CI
 # environment, which would make dev and certify runs ignore --hypothesis-seed there.
 PROFILES = {
@@ -47,8 +60,89 @@ for _name, _kw in PROFILES.items():
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **_kw)
 
 CONFORMANCE_DIR = pathlib.Path(__file__).parent
-RESULTS_KEY = pytest.StashKey[list]()
 BACKENDS_KEY = pytest.StashKey[list]()
+SHAPES_KEY = pytest.StashKey[tuple]()
+
+
+class Collector:
+    """What one run found: every result, every test item of a claimed cell that did not run, and
+    per-backend progress. Kept in ``config.stash[COLLECTOR_KEY]``.
+
+    ``results``: one dict per test item (see :mod:`~mhaspec.conformance.verdicts`), also written by
+    ``--mhaspec-report``; :meth:`not_run` the not-run records; ``seconds``: backend -> seconds its
+    tests took (setup, call and teardown); ``hypothesis``: the settings the run used."""
+
+    def __init__(self, config: pytest.Config, backends: list) -> None:
+        self.config = config
+        self.backends = backends
+        self.results: list[dict] = []
+        self.unselected: dict[tuple, dict] = {}  # (test, backend, device, dtype) -> record
+        self.expected: dict[str, dict] = {}  # nodeid -> record of every item selected to run
+        self.unnamed: set[str] = set()  # testable clauses no collected test names
+        self.totals: dict[str, int] = defaultdict(int)  # backend -> items selected
+        self.done: dict[str, int] = defaultdict(int)
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.started = time.monotonic()
+        self.last_progress: dict[str, float] = {}
+        self.hypothesis: dict = {}
+        self.selection: dict = {}
+        timeout = config.getoption("--mhaspec-call-timeout")
+        self.call_timeout: float | None = timeout or None
+
+    def claimed(self) -> dict[str, dict[str, list[str]]]:
+        """backend name -> available device -> claimed dtypes."""
+        return {b.name: {d: list(b.dtypes(d)) for d, why in b.devices().items() if why is None}
+                for b in self.backends}
+
+    def not_run(self) -> list[dict]:
+        """Test items of claimed cells that did not run, and testable clauses no test named."""
+        reported = {r["nodeid"] for r in self.results}
+        records = list(self.unselected.values())
+        records += [rec for nodeid, rec in self.expected.items() if nodeid not in reported]
+        for name, devices in self.claimed().items():
+            records += [{"backend": name, "device": d, "dtype": t, "clauses": sorted(self.unnamed),
+                         "test": "(not collected)", "why": "no collected test names these clauses"}
+                        for d, dtypes in devices.items() for t in dtypes if self.unnamed]
+        return records
+
+    def add_not_run(self, record: dict) -> None:
+        self.unselected[(record["test"], record["backend"], record["device"], record["dtype"])] = record
+
+    def report(self) -> dict[str, dict]:
+        """backend -> clause entries and verdict (:func:`verdicts.backend_report`)."""
+        return verdicts.backend_report(self.results, load_spec(), self.claimed(), self.not_run())
+
+    # hooks: the collector is registered as a plugin of its run (pytest_configure)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Record the Hypothesis settings as the run uses them (after every plugin's configure)."""
+        now = settings()
+        seed = self.config.getoption("hypothesis_seed", None)
+        self.hypothesis.update(max_examples=now.max_examples, derandomize=now.derandomize,
+                               phases=[p.name for p in now.phases],
+                               seed=None if seed is None else str(seed))
+        option = self.config.getoption
+        self.selection = {"keyword": option("keyword") or None, "markers": option("markexpr") or None,
+                          "deselect": list(option("deselect") or []),
+                          "dtypes": option("--mhaspec-dtypes")}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        info = dict(report.user_properties).get("mhaspec")
+        if info is None:
+            return
+        self.seconds[info["backend"]] += report.duration
+        outcome = classify(report)
+        if outcome is None:
+            return
+        entry = {**info, "nodeid": report.nodeid, "outcome": outcome, "duration": report.duration}
+        if outcome in verdicts.BAD:
+            entry["message"] = report.longreprtext[-4000:]
+        self.results.append(entry)
+        self.done[info["backend"]] += 1
+        _progress(self.config, self, info["backend"])
+
+
+COLLECTOR_KEY = pytest.StashKey[Collector]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -72,6 +166,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mhaspec-examples", default=None, type=int, metavar="N",
                     help="Hypothesis examples per test, overriding the profile's max_examples "
                          "(the soak uses it to make fewer, longer rounds)")
+    group.addoption("--mhaspec-call-timeout", default=DEFAULT_CALL_TIMEOUT, type=float,
+                    metavar="SECONDS",
+                    help=f"time limit of every backend call; past it the test fails (default "
+                         f"{DEFAULT_CALL_TIMEOUT:g}; 0: no limit)")
     group.addoption("--mhaspec-partial", action="store_true",
                     help="developing new clauses: do not fail when a testable clause has no test")
     group.addoption("--mhaspec-failures", default=None, metavar="DIR",
@@ -90,28 +188,44 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--mhaspec-examples must be at least 1, got {examples}")
         settings.register_profile(f"mhaspec-{profile}-{examples}", settings(), max_examples=examples)
         settings.load_profile(f"mhaspec-{profile}-{examples}")
+    timeout = config.getoption("--mhaspec-call-timeout")
+    if not timeout >= 0:  # also NaN
+        raise pytest.UsageError(f"--mhaspec-call-timeout must be at least 0, got {timeout}")
     shapes = config.getoption("--mhaspec-shapes") or ("menu" if profile in ("ci", "triage") else "free")
-    strategies.shape_menu = strategies.CI_SHAPES if shapes == "menu" else None
-    config.stash[RESULTS_KEY] = []
-    config.stash[BACKENDS_KEY] = _backends(config)
+    config.stash[SHAPES_KEY] = strategies.CI_SHAPES if shapes == "menu" else None
+    refs: dict[str, str] = {}
+    backends = _backends(config, refs)
+    config.stash[BACKENDS_KEY] = backends
+    collector = Collector(config, backends)
+    config.pluginmanager.register(collector, "mhaspec-collector")
+    collector.hypothesis = {"profile": profile, "shapes": shapes}
+    config.stash[COLLECTOR_KEY] = collector
     failures = config.getoption("--mhaspec-failures")
-    harness.failures_dir = pathlib.Path(failures) if failures else None
+    config.stash[harness.SETTINGS_KEY] = harness.RunSettings(
+        failures_dir=pathlib.Path(failures) if failures else None, backend_refs=refs,
+        call_timeout=timeout or None)
 
 
-def _backends(config: pytest.Config) -> list:
-    refs = config.getoption("--backend")
+def _backends(config: pytest.Config, refs: dict[str, str]) -> list:
+    """The backends of this run: those a :data:`PROVIDER` plugin hands over, then ``--backend``
+    references (or, without either, every registered backend whose framework imports)."""
+    provider = config.pluginmanager.get_plugin(PROVIDER)
+    loaded = list(getattr(provider, "backends", []))
+    refs.update({b.name: getattr(provider, "refs", {}).get(b.name, b.name) for b in loaded})
+    given = config.getoption("--backend")
     frameworks = set(config.getoption("--framework"))
-    loaded = []
-    for ref in refs or registered_backends():
+    provided = set(getattr(provider, "refs", {}).values())
+    for ref in [r for r in given if r not in provided] or ([] if loaded or given else
+                                                             registered_backends()):
         try:
             backend = load_backend(ref)
         except BackendLoadError as exc:
-            if refs:
+            if given:
                 raise pytest.UsageError(str(exc)) from None
             continue  # framework not installed: `--backend` it explicitly to see why
         if frameworks and backend.framework not in frameworks:
             continue
-        harness.BACKEND_REFS[backend.name] = ref
+        refs.setdefault(backend.name, ref)
         loaded.append(backend)
     return loaded
 
@@ -129,6 +243,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
     only = {d for m in metafunc.definition.iter_markers("dtypes") for d in m.args}
     chosen = metafunc.config.getoption("--mhaspec-dtypes")
     chosen = set(chosen.split(",")) if chosen else None
+    collector = metafunc.config.stash[COLLECTOR_KEY]
     params = []
     for backend in backends:
         missing = sorted(needs - set(backend.capabilities))
@@ -137,7 +252,14 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
             for dtype in dtypes:
                 deviations = _deviations(backend, device, dtype)
                 declared = [c for c in clauses if c in deviations]
-                if (only and dtype not in only) or (chosen and dtype not in chosen):
+                if only and dtype not in only:
+                    continue
+                if chosen and dtype not in chosen:
+                    if clauses and unavailable is None:
+                        collector.add_not_run({
+                            "backend": backend.name, "device": device, "dtype": dtype,
+                            "clauses": clauses, "why": "--mhaspec-dtypes",
+                            "test": f"{metafunc.definition.name}[{op or ''}]"})
                     continue
                 marks = []
                 if unavailable is not None:
@@ -168,20 +290,86 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("impl", _impl_params(metafunc, backends))
 
 
+def _record(item: pytest.Item, why: str = "") -> dict | None:
+    """The not-run record of a conformance test item (None for other items)."""
+    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    clauses = [c for m in item.iter_markers("clause") for c in m.args]
+    if not isinstance(impl, harness.Impl) or not clauses:
+        return None
+    return {"backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
+            "clauses": clauses, "test": item.nodeid.split("::")[-1], "why": why}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
-    """Every testable clause must be named by a test when the whole suite is collected."""
+    """Every testable clause must be named by a test when the whole suite is collected; when only
+    part of it is, the clauses no collected test names are recorded as not run."""
+    if not any(_record(item) for item in items):
+        return
     modules = {pathlib.Path(str(item.fspath)).resolve() for item in items}
     suite = {p.resolve() for p in CONFORMANCE_DIR.glob("test_*.py")}
-    if not suite or not suite <= modules or config.getoption("--mhaspec-partial"):
-        return
     named = {c for item in items for m in item.iter_markers("clause") for c in m.args}
     spec = load_spec()
-    unknown = sorted(named - {c.id for c in spec.clauses})
     untested = sorted(set(spec.testable_ids) - named)
+    config.stash[COLLECTOR_KEY].unnamed = set(untested)
+    if not suite or not suite <= modules or config.getoption("--mhaspec-partial"):
+        return
+    unknown = sorted(named - {c.id for c in spec.clauses})
     if unknown or untested:
         raise pytest.UsageError(f"conformance suite out of step with spec {spec.version}: "
                                 f"clauses without a test: {untested}; unknown clause ids: {unknown}")
+
+
+def pytest_deselected(items) -> None:
+    """Items dropped by ``-k``, ``-m`` or ``--deselect`` did not run."""
+    for item in items:
+        record = _record(item, "deselected")
+        if record is not None:
+            item.config.stash[COLLECTOR_KEY].add_not_run(record)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    collector = session.config.stash[COLLECTOR_KEY]
+    for item in session.items:
+        record = _record(item, "not reached")
+        if record is not None:
+            collector.expected[item.nodeid] = record
+            collector.totals[record["backend"]] += 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """The controller of an xdist run learns the items (for progress and not-run records) from
+    the node ids, whose parameter id starts with the backend's name."""
+    collector = node.config.stash[COLLECTOR_KEY]
+    if collector.totals:
+        return
+    names = sorted((b.name for b in collector.backends), key=len, reverse=True)
+    for nodeid in ids:
+        param = nodeid.rpartition("[")[2]
+        name = next((n for n in names if param.startswith(f"{n}-")), None)
+        if name is not None:
+            collector.totals[name] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its not-run records to the controller."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        collector = session.config.stash[COLLECTOR_KEY]
+        out["mhaspec_not_run"] = json.dumps(list(collector.unselected.values()))
+        out["mhaspec_expected"] = json.dumps(collector.expected)
+        out["mhaspec_unnamed"] = json.dumps(sorted(collector.unnamed))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    out = getattr(node, "workeroutput", {}) or {}
+    collector = node.config.stash[COLLECTOR_KEY]
+    for record in json.loads(out.get("mhaspec_not_run", "[]")):
+        collector.add_not_run(record)
+    collector.expected.update(json.loads(out.get("mhaspec_expected", "{}")))
+    collector.unnamed |= set(json.loads(out.get("mhaspec_unnamed", "[]")))
 
 
 #: the phases whose valid test cases count as examples run (shrinking re-runs are not counted)
@@ -191,6 +379,7 @@ COUNTED_PHASES = ("explicit", "reuse", "generate", "target")
 @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: inside Hypothesis's own wrapper
 def pytest_runtest_call(item: pytest.Item):
     token = harness.current_item.set(item)
+    shapes = strategies.shape_menu.set(item.config.stash.get(SHAPES_KEY, None))
     outer = statistics.collector.value  # Hypothesis's own (for --hypothesis-show-statistics)
 
     def count_examples(stats: dict) -> None:
@@ -204,18 +393,18 @@ def pytest_runtest_call(item: pytest.Item):
         with statistics.collector.with_value(count_examples):
             return (yield)
     finally:
+        strategies.shape_menu.reset(shapes)
         harness.current_item.reset(token)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
-    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
-    clauses = [c for m in item.iter_markers("clause") for c in m.args]
-    if isinstance(impl, harness.Impl) and clauses:
+    record = _record(item)
+    if record is not None:
+        del record["why"]
         report.user_properties.append(("mhaspec", {
-            "backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
-            "clauses": clauses, "ratios": getattr(item, "mhaspec_ratios", {}),
+            **record, "ratios": getattr(item, "mhaspec_ratios", {}),
             "calls": getattr(item, "mhaspec_calls", 0),
             "examples": getattr(item, "mhaspec_examples", 0)}))
     return report
@@ -237,69 +426,68 @@ def classify(report: pytest.TestReport) -> str | None:
     return None
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    info = dict(report.user_properties).get("mhaspec")
-    outcome = classify(report)
-    if info is None or outcome is None:
+PROGRESS_EVERY = 10.0  # seconds between two progress lines of one backend
+
+
+def _progress(config: pytest.Config, collector: Collector, backend: str) -> None:
+    """A progress line per backend: its items done of those selected, and the time elapsed;
+    at most every :data:`PROGRESS_EVERY` seconds, and when the backend's last item is done."""
+    done, total = collector.done[backend], collector.totals.get(backend, 0)
+    now = time.monotonic()
+    if done != total and now - collector.last_progress.get(backend, collector.started) < PROGRESS_EVERY:
         return
-    entry = {**info, "test": report.nodeid.split("::")[-1], "outcome": outcome,
-             "duration": report.duration}
-    if outcome in ("fail", "stale-deviation"):
-        entry["message"] = report.longreprtext[-4000:]
-    _RESULTS.append(entry)
+    collector.last_progress[backend] = now
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return
+    tr.ensure_newline()
+    tr.write_line(f"mhaspec progress: {backend} {done}/{total or '?'} tests, "
+                  f"{now - collector.started:.1f} s elapsed")
 
 
-_RESULTS: list[dict] = []
-
-SYMBOL = {"pass": "ok", "fail": "FAIL", "deviation": "dev", "stale-deviation": "STALE",
-          "not-implemented": "n/i", "unavailable": "-"}
-SEVERITY = ["fail", "stale-deviation", "deviation", "pass", "not-implemented", "unavailable"]
-
-
-def summarize(results: list[dict]) -> dict[tuple[str, str], dict]:
-    """(backend, clause) -> {"outcome": worst outcome, "ratio": worst NUM-3 ratio, "runs": n}."""
-    table: dict[tuple[str, str], dict] = {}
-    for r in results:
-        for clause in r["clauses"]:
-            cell = table.setdefault((r["backend"], clause), {"outcome": "unavailable", "ratio": 0.0,
-                                                             "runs": 0})
-            if SEVERITY.index(r["outcome"]) < SEVERITY.index(cell["outcome"]):
-                cell["outcome"] = r["outcome"]
-            cell["ratio"] = max(cell["ratio"], r["ratios"].get(clause, 0.0))
-            cell["runs"] += r["outcome"] != "unavailable"
-    return table
+def pytest_unconfigure(config: pytest.Config) -> None:
+    collector = config.stash.get(COLLECTOR_KEY, None)
+    if collector is not None and config.pluginmanager.is_registered(collector):
+        config.pluginmanager.unregister(collector)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    results = list(_RESULTS)
-    if not results:
+    collector = config.stash.get(COLLECTOR_KEY, None)
+    if collector is None or not (collector.results or collector.unselected):
         return
-    table = summarize(results)
-    backends = sorted({b for b, _ in table})
-    clauses = [c.id for c in load_spec().clauses if any((b, c.id) in table for b in backends)]
+    results = collector.results
+    report = collector.report()
+    backends = sorted(report)
+    spec = load_spec()
+    table = verdicts.summarize(results)
+    clauses = [c.id for c in spec.clauses if any((b, c.id) in table for b in backends)]
     tr = terminalreporter
-    tr.section(f"mhaspec {load_spec().version} conformance by clause")
-    width = max(len(b) for b in backends)
-    tr.write_line("clause    " + " ".join(b.rjust(max(width, 6))[:max(width, 6)] for b in backends))
+    tr.section(f"mhaspec {spec.version} conformance by clause")
+    width = max(max(len(b) for b in backends), 6)
+    tr.write_line("clause    " + " ".join(b.rjust(width)[:width] for b in backends))
     for c in clauses:
-        cells = [SYMBOL[table[(b, c)]["outcome"]] if (b, c) in table else "" for b in backends]
-        tr.write_line(f"{c:<9} " + " ".join(s.rjust(max(width, 6)) for s in cells))
+        cells = [verdicts.SYMBOL[table[(b, c)]["outcome"]] if (b, c) in table else "" for b in backends]
+        tr.write_line(f"{c:<9} " + " ".join(s.rjust(width) for s in cells))
     tr.section("mhaspec conformance by backend")
     for b in backends:
         counts = defaultdict(int)
-        for (bb, _), cell in table.items():
+        for (bb, _), entry in table.items():
             if bb == b:
-                counts[cell["outcome"]] += 1
-        worst = max(((cell["ratio"], c) for (bb, c), cell in table.items() if bb == b), default=(0, ""))
+                counts[entry["outcome"]] += 1
+        worst = max(((e["ratio"], c) for (bb, c), e in table.items() if bb == b), default=(0, ""))
         combos = sorted({(r["device"], r["dtype"]) for r in results
                          if r["backend"] == b and r["outcome"] != "unavailable"})
-        if counts["fail"] or counts["stale-deviation"]:
-            verdict = "DOES NOT CONFORM"
-        else:  # a backend whose every clause was skipped has shown nothing (as `mhaspec certify`)
-            verdict = "CONFORMS" if counts["pass"] else "NOT CHECKED (no clause ran)"
-        tr.write_line(f"{b}: {verdict} - " + ", ".join(f"{counts[k]} {k}" for k in SEVERITY if counts[k])
-                      + f"; worst NUM-3 ratio {worst[0]:.2f} ({worst[1]}, K={tolerance.K:g}); ran on "
-                      + ", ".join(f"{d}/{t}" for d, t in combos))
+        verdict = report[b]["verdict"]
+        gaps = sorted({f"{c['id']} ({', '.join(c['not_run_on'])})"
+                       for c in report[b]["clauses"] if c["not_run_on"]})
+        line = (f"{b}: {verdict.upper()} - "
+                + ", ".join(f"{counts[k]} {k}" for k in verdicts.SEVERITY if counts[k])
+                + f"; worst NUM-3 ratio {worst[0]:.2f} ({worst[1]}, K={tolerance.K:g}); ran on "
+                + ", ".join(f"{d}/{t}" for d, t in combos)
+                + f"; {collector.seconds.get(b, 0.0):.1f} s in its tests")
+        if gaps:
+            line += f"; not run: {len(gaps)} clauses, e.g. " + "; ".join(gaps[:3])
+        tr.write_line(line)
     path = config.getoption("--mhaspec-report")
     if path:
         pathlib.Path(path).write_text(json.dumps(results, indent=1), encoding="utf-8")

@@ -12,12 +12,15 @@ thousands of floats. Sizes come from short fixed menus so compiled variants (``j
 
 from __future__ import annotations
 
+import contextvars
+
 import functools
 from typing import NamedTuple
 
 import numpy as np
 from hypothesis import strategies as st
 
+from mhaspec.backends.validation import Dims
 from mhaspec.spec import oracle
 
 from . import extremes
@@ -31,19 +34,12 @@ CUSTOM_SCALES = (0.05, 0.5, 2.0)
 MASK_DENSITIES = (0.7, 0.3, 0.95)
 
 
-class Shapes(NamedTuple):
-    """The sizes of a case: B, h, L_q, L_k, d_k, d_v, d_model, k_dim, v_dim, d_out."""
+class Shapes(NamedTuple("Shapes", [*((f, int) for f in Dims._fields),
+                                   *((f, int) for f in ("d_model", "k_dim", "v_dim", "d_out"))])):
+    """The sizes of a case: the backends' :class:`~mhaspec.backends.validation.Dims` (B, h, L_q,
+    L_k, d_k, d_v) followed by the widths d_model, k_dim, v_dim, d_out."""
 
-    batch: int
-    heads: int
-    len_q: int
-    len_k: int
-    d_k: int
-    d_v: int
-    d_model: int
-    k_dim: int
-    v_dim: int
-    d_out: int
+    __slots__ = ()
 
     @property
     def self_attention(self) -> bool:
@@ -63,8 +59,11 @@ CI_SHAPES = (
     Shapes(1, 3, 8, 8, 8, 8, 8, 8, 8, 8),
 )
 
-#: None: draw every size freely from the menus above; a tuple: draw whole shapes from it.
-shape_menu: tuple[Shapes, ...] | None = None
+#: The shapes of the running test: None draws every size freely from the menus above; a tuple
+#: draws whole shapes from it. The plugin sets it for each test from its run's settings
+#: (``--mhaspec-shapes``); outside a run sizes are drawn freely.
+shape_menu: contextvars.ContextVar[tuple[Shapes, ...] | None] = contextvars.ContextVar(
+    "mhaspec_shape_menu", default=None)
 
 
 class CaseSpec(NamedTuple):
@@ -219,8 +218,9 @@ def case_specs(draw, *, masks: bool = False, bias: bool = False, legacy: bool = 
                  fully_masked=fully_masked, custom_scale=custom_scale, cross=cross)
     if fully_masked and not masks:
         raise ValueError("argument 'fully_masked' needs masks=True")
-    if shape_menu is not None:
-        menu = [m for m in shape_menu if cross or m.self_attention]
+    shapes = shape_menu.get()
+    if shapes is not None:
+        menu = [m for m in shapes if cross or m.self_attention]
         b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out = draw(st.sampled_from(menu))
         self_attention = Shapes(b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out).self_attention
         self_attention = self_attention and (not cross or draw(st.booleans()))

@@ -94,7 +94,7 @@ ARRAY_ARGS = {"q", "k", "v", "query", "key", "value", "mask", "bias", "legacy_ma
               "key_padding_mask", *MHAParams._fields}
 
 
-def _call(impl, op: str, bad: Bad):
+def invalid_call(impl, op: str, bad: Bad):
     """Build the invalid call in the impl's arrays and make it."""
     other = "float32" if impl.dtype == "float64" else "float64"
     values = {**(SDPA if op == "sdpa" else {**MHA, "num_heads": 2}), **bad.changes}
@@ -111,17 +111,17 @@ def _call(impl, op: str, bad: Bad):
             args[name] = impl.arr(values[name], other)
     if op == "sdpa":
         q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
-        return impl.backend.scaled_dot_product_attention(q, k, v, **args)
+        return impl.call("scaled_dot_product_attention", q, k, v, **args)
     params = MHAParams(**{f: args.pop(f) for f in MHAParams._fields})
     q, k, v = args.pop("query"), args.pop("key"), args.pop("value")
-    return impl.backend.multi_head_attention(q, k, v, params, **args)
+    return impl.call("multi_head_attention", q, k, v, params, **args)
 
 
 def _check(impl, op: str, clause: str) -> None:
     problems = []
     for bad in BAD_INPUTS[(clause, op)]:
         try:
-            _call(impl, op, bad)
+            invalid_call(impl, op, bad)
         except ValueError as exc:
             msg = str(exc)
             arg = bad.arg if bad.arg.startswith("'") else f"'{bad.arg}'"

@@ -9,13 +9,11 @@ of ``W_k``, ``W_v`` (and ``b_k``, ``b_v``); the oracle evaluates the clause's de
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mhaspec.backends import MHAParams
-from mhaspec.conformance import harness, tolerance
+from mhaspec.conformance import harness
 from mhaspec.conformance.strategies import CaseSpec, case_specs
 from mhaspec.spec import oracle
 
@@ -38,35 +36,12 @@ def grouped_params(params: oracle.Params, h: int, g: int) -> oracle.Params:
         w_o=params.w_o[:h * d_v])
 
 
-def run_grouped(impl, case, g: int):
-    params = grouped_params(case.params, case.spec.heads, g)
-    query = impl.arr(case.query)
-    key, value = (query, query) if case.spec.self_attention else (impl.arr(case.key),
-                                                                  impl.arr(case.value))
-    got = impl._result(*impl.backend.multi_head_attention(
-        query, key, value, MHAParams(*(impl.arr(p) for p in params)), num_heads=case.spec.heads,
-        num_kv_heads=g, **impl.masks(case)))
-    return got, params
-
-
 def expect_grouped_oracle(impl, case, g: int) -> None:
-    got, params = run_grouped(impl, case, g)
-    kw = {**case.mask_kwargs(), "num_heads": case.spec.heads, "num_kv_heads": g}
-    info: dict = {}
-    want = oracle.multi_head_attention(case.query, case.key, case.value, params, info=info, **kw)
-    naive = [oracle.multi_head_attention(case.query, case.key, case.value, params, precision=p, **kw)
-             for p in tolerance.naive_precisions(impl.dtype)]
-    scale = float(max(np.abs(want[0]).max(initial=0.0), np.abs(case.value).max(initial=0.0)))
-    checks = [("output", got.out, want[0], [n[0] for n in naive], scale)]
-    if got.weights is not None:
-        checks.append(("weights", got.weights, want[1], [n[1] for n in naive], 1.0))
-    condition = max(1.0, info.get("logit_condition", 0.0))
-    for what, actual, exp, nv, sc in checks:
-        verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=sc,
-                                  sum_length=harness.sum_length(case.spec), condition=condition)
-        harness.record_ratio("MHA-6", verdict.ratio)
-        assert verdict.ok, (f"[MHA-6] {impl.id}: {what} with num_kv_heads = {g} differs from the "
-                            f"oracle: {verdict.describe()}\nbase case: {case.spec!r}")
+    """Run ``case`` with its first ``g`` key/value heads and judge it against the oracle."""
+    grouped = case._replace(params=grouped_params(case.params, case.spec.heads, g))
+    got = harness.run(impl, "mha", grouped, num_kv_heads=g)
+    harness.expect_oracle(impl, grouped, got, op="mha", clause="MHA-6",
+                          overrides={"num_kv_heads": g}, context=f" with num_kv_heads = {g}")
 
 
 @st.composite
@@ -98,8 +73,5 @@ def test_grouped_query_attention_fixed_cases(impl, g):
 def test_num_kv_heads_must_divide_num_heads(impl, g):
     """h = 4: 0, 3 (no divisor), 2.0 and True (not integers) raise ValueError naming it."""
     case = impl.case(GROUPED[0])
-    params = MHAParams(*(impl.arr(p) for p in case.params))
     with pytest.raises(ValueError, match="num_kv_heads"):
-        impl.backend.multi_head_attention(impl.arr(case.query), impl.arr(case.key),
-                                          impl.arr(case.value), params, num_heads=4,
-                                          num_kv_heads=g)
+        harness.run(impl, "mha", case, num_kv_heads=g)

@@ -32,15 +32,8 @@ def cotangent(case) -> np.ndarray:
 
 def backend_grads(impl, case, cot) -> dict[str, np.ndarray]:
     """Run the backend's mha_vjp on ``case``; self-attention passes one array three times."""
-    query = impl.arr(case.query)
-    key, value = (query, query) if case.spec.self_attention else (impl.arr(case.key),
-                                                                  impl.arr(case.value))
-    params = MHAParams(*(impl.arr(p) for p in case.params))
-    grads = impl.backend.mha_vjp(query, key, value, params, impl.arr(cot),
-                                 num_heads=case.spec.heads, **impl.masks(case))
-    item = harness.current_item.get()
-    if item is not None:
-        item.mhaspec_calls = getattr(item, "mhaspec_calls", 0) + 1
+    grads = impl.call("mha_vjp", *impl.mha_inputs(case), impl.params(case.params), impl.arr(cot),
+                      num_heads=case.spec.heads, **impl.masks(case))
     return {n: impl.backend.to_numpy(g) for n, g in grads.items()}
 
 

@@ -16,10 +16,6 @@ from mhaspec.conformance.strategies import CaseSpec, case_specs, with_causal
 pytestmark = pytest.mark.requires("masks")
 
 
-def run(impl, op, case, **overrides):
-    return impl.sdpa(case, **overrides) if op == "sdpa" else impl.mha(case, **overrides)
-
-
 def _allowed(case):
     s = case.spec
     return oracle.allowed_mask(s.batch, s.heads, s.len_q, s.len_k, mask=case.mask,
@@ -37,7 +33,7 @@ def _expect_zero_where_blocked(impl, got, allowed, clause):
 @given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
 def test_boolean_mask_true_means_may_attend(impl, op, spec):
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-1")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-1")
 
@@ -48,7 +44,7 @@ def test_boolean_mask_true_means_may_attend(impl, op, spec):
 def test_masked_keys_get_zero_weight_even_at_large_logits(impl, op, spec):
     """A finite fill value (e.g. -1e4) leaks weight when every allowed logit of a row is below it."""
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-1")
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-1")
 
@@ -58,7 +54,7 @@ def test_masked_keys_get_zero_weight_even_at_large_logits(impl, op, spec):
 @given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))
 def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
     case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, run(impl, op, case), op=op, clause="MASK-2")
+    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="MASK-2")
 
 
 @pytest.mark.clause("MASK-3")
@@ -67,9 +63,9 @@ def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
 @given(spec=case_specs(legacy=True).filter(lambda s: s.legacy_shape is not None))
 def test_legacy_mask_one_means_blocked_times_minus_1e9(impl, op, spec):
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-3")
-    as_bool = run(impl, op, case, legacy_mask=None, mask=impl.arr(case.legacy_mask == 0))
+    as_bool = harness.run(impl, op, case, legacy_mask=None, mask=case.legacy_mask == 0)
     out_tol, w_tol = harness.allowance(case, op, impl)
     harness.expect_close(impl, case, got.out, as_bool.out, allowed=2 * out_tol, clause="MASK-3",
                          what="legacy mask vs mask=(legacy_mask == 0)", op=op)
@@ -86,14 +82,13 @@ def test_legacy_offset_is_exactly_minus_1e9(impl, op):
     v = np.array([1.0, 2.0]).reshape(1, 1, 2, 1)
     legacy = np.array([[1.0, 0.0]])
     if op == "sdpa":
-        got = impl.backend.scaled_dot_product_attention(
-            impl.arr(one), impl.arr(k), impl.arr(v), legacy_mask=impl.arr(legacy))
+        got = impl.call("scaled_dot_product_attention", impl.arr(one), impl.arr(k), impl.arr(v),
+                        legacy_mask=impl.arr(legacy))
     else:
         eye = impl.arr(np.ones((1, 1)))
         params = MHAParams(eye, eye, eye, eye, None, None, None, None)
-        got = impl.backend.multi_head_attention(
-            impl.arr(one[0]), impl.arr(k[0]), impl.arr(v[0]), params,
-            num_heads=1, legacy_mask=impl.arr(legacy))
+        got = impl.call("multi_head_attention", impl.arr(one[0]), impl.arr(k[0]),
+                        impl.arr(v[0]), params, num_heads=1, legacy_mask=impl.arr(legacy))
     out = impl.backend.to_numpy(got[0]).ravel()
     assert abs(out[0] - 1.0) <= 1e-6, (
         f"[MASK-3] {impl.id} {op}: output {out[0]!r}, the source form gives 1.0 (the blocked key "
@@ -104,7 +99,7 @@ def test_legacy_offset_is_exactly_minus_1e9(impl, op):
 @given(spec=case_specs(key_padding=True).filter(lambda s: s.key_padding))
 def test_key_padding_mask_true_means_key_present(impl, op, spec):
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-5")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-5")
 
@@ -114,7 +109,7 @@ def test_key_padding_mask_true_means_key_present(impl, op, spec):
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "top_left")))
 def test_causal_top_left_allows_j_le_i(impl, op, spec):
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-6")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-6")
 
@@ -124,7 +119,7 @@ def test_causal_top_left_allows_j_le_i(impl, op, spec):
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "bottom_right")))
 def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(impl, op, spec):
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-7")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-7")
 
@@ -134,7 +129,7 @@ def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(impl, op, spec):
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_masks_combine_by_and_and_bias_adds(impl, op, spec):
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     harness.expect_oracle(impl, case, got, op=op, clause="MASK-8")
     _expect_zero_where_blocked(impl, got, _allowed(case), "MASK-8")
 
@@ -143,7 +138,7 @@ def test_masks_combine_by_and_and_bias_adds(impl, op, spec):
 @given(spec=case_specs(masks=True, fully_masked=True, key_padding=True))
 def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
     case = impl.case(spec, op)
-    got = run(impl, op, case)
+    got = harness.run(impl, op, case)
     empty = ~_allowed(case).any(axis=-1)  # (B, h, L_q)
     rows_out = got.out[empty] if op == "sdpa" else got.out[empty.all(axis=1)]
     if op == "mha":  # a row masked in every head gives b_o: Concat(0, ..., 0) W_o + b_o
@@ -162,7 +157,7 @@ def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
 def test_all_true_mask_equals_no_mask(impl, op, spec):
     case = impl.case(spec, op)
     ones = np.ones((spec.batch, spec.heads, spec.len_q, spec.len_k), dtype=bool)
-    base, with_mask = run(impl, op, case), run(impl, op, case, mask=impl.arr(ones))
+    base, with_mask = harness.run(impl, op, case), harness.run(impl, op, case, mask=ones)
     out_tol, w_tol = harness.allowance(case, op, impl)
     harness.expect_close(impl, case, with_mask.out, base.out, allowed=2 * out_tol, clause="MASK-10",
                          what="all-True mask vs no mask", op=op)
@@ -174,7 +169,7 @@ def test_all_true_mask_equals_no_mask(impl, op, spec):
 def test_boolean_mask_equals_its_minus_inf_bias(impl, op, spec):
     case = impl.case(spec, op)
     as_bias = np.where(case.mask, 0.0, -np.inf)
-    base, biased = run(impl, op, case), run(impl, op, case, mask=None, bias=impl.arr(as_bias))
+    base, biased = harness.run(impl, op, case), harness.run(impl, op, case, mask=None, bias=as_bias)
     out_tol, w_tol = harness.allowance(case, op, impl)
     harness.expect_close(impl, case, biased.out, base.out, allowed=2 * out_tol, clause="MASK-11",
                          what="mask=M vs bias=where(M, 0, -inf)", op=op)
@@ -203,7 +198,7 @@ def test_values_at_masked_keys_do_not_matter(impl, op, spec):
         case = case._replace(spec=spec, key=case.query, value=case.query)
     value = np.where(blocked[:, :, None], noise(case.value.shape), case.value)
     changed = case._replace(v=v, value=value)
-    base, other = run(impl, op, case), run(impl, op, changed)
+    base, other = harness.run(impl, op, case), harness.run(impl, op, changed)
     out_tol, _ = harness.allowance(case, op, impl)
     harness.expect_close(impl, case, other.out, base.out, allowed=2 * out_tol, clause="MASK-12",
                          what="output after changing values at masked keys", op=op)
@@ -221,4 +216,4 @@ def test_nonfinite_keys_outside_the_allowed_set_do_not_leak(impl, op, spec, valu
     exactly as the oracle's (finite); rows that allow it are non-finite, as the oracle's (NUM-6)."""
     spec = spec._replace(self_attention=False, extreme=extremes.masked_key(value))
     case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, run(impl, op, case), op=op, clause="MASK-13")
+    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="MASK-13")

@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 from mhaspec import certificate
+from mhaspec.conformance.verdicts import BACKEND_VERDICTS, CLAUSE_VERDICTS
 
 DOCS_PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "backends.md"
 
@@ -94,14 +95,23 @@ def test_certificate_validates_against_the_schema(certified):
     verdicts = {c["id"]: c["verdict"] for c in cert["clauses"]}
     assert verdicts["SDPA-1"] == verdicts["HEAD-1"] == "pass"
     assert verdicts["MASK-1"] == verdicts["MHA-1"] == "not-implemented"  # not claimed: never a pass
-    assert set(verdicts.values()) <= set(certificate.VERDICTS)
+    assert set(verdicts.values()) <= set(CLAUSE_VERDICTS)
     assert certified.with_suffix(".md").read_text("utf-8").startswith("# mhaspec certificate: minimal-numpy")
 
 
-def test_verify_accepts_the_certificate(work, certified):
-    proc = mhaspec(work, "verify", str(certified))
+def test_the_schema_allows_exactly_the_verdicts_of_the_verdict_module():
+    props = certificate.schema()["properties"]
+    clause = props["clauses"]["items"]["properties"]["verdict"]["enum"]
+    assert sorted(clause) == sorted(CLAUSE_VERDICTS)
+    assert sorted(props["summary"]["properties"]["verdict"]["enum"]) == sorted(BACKEND_VERDICTS)
+
+
+def test_verify_accepts_the_certificate_and_its_markdown(work, certified):
+    proc = mhaspec(work, "verify", str(certified), "--markdown", str(certified.with_suffix(".md")))
     assert proc.returncode == 0, proc.stderr
-    assert "valid certificate for minimal-numpy" in proc.stdout
+    assert "certificate for minimal-numpy" in proc.stdout
+    for checked in ("integrity:", "consistency:", "markdown:", "authenticity: NOT checked"):
+        assert checked in proc.stdout, proc.stdout
 
 
 def test_verify_rejects_a_copy_with_one_verdict_edited(work, certified):
@@ -132,7 +142,7 @@ def test_a_failing_backend_gets_a_failing_certificate_and_replayable_cases(work)
     assert sdpa1["verdict"] == "fail" and sdpa1["failures"] and sdpa1["ran_on"] == ["cpu/float64"]
     saved = sorted((work / "failing" / "wrong-scale-failures").glob("test_attention_equals*.npz"))
     assert saved, "no failing case saved for replay"
-    still = mhaspec(work, "replay", str(saved[0]))
+    still = mhaspec(work, "replay", str(saved[0]), "--backend", "wrong_scale:BACKEND")
     assert still.returncode == 1 and "DOES NOT CONFORM" in still.stdout, still.stdout + still.stderr
     fixed = mhaspec(work, "replay", str(saved[0]), "--backend", "minimal_backend:BACKEND")
     assert fixed.returncode == 0 and "conforms" in fixed.stdout, fixed.stdout + fixed.stderr
@@ -152,4 +162,28 @@ def test_verify_a_file_that_is_not_json_is_a_usage_error(work):
 def test_replay_a_file_that_is_not_npz_is_a_usage_error(work):
     bad = work / "not-a-case.npz"
     bad.write_text("this is not an npz archive\n", "utf-8")
-    assert_usage_error(mhaspec(work, "replay", str(bad)), "cannot read replay file")
+    assert_usage_error(mhaspec(work, "replay", str(bad), "--backend", "minimal_backend:BACKEND"),
+                       "cannot read replay file")
+
+
+def test_every_case_a_failing_run_saves_is_replayed_on_a_correct_backend(tmp_path, capsys):
+    """The harness writes failure files and replay reads them with every check on: each case a
+    wrong-scale backend fails (SDPA, grouped heads, masks, extremes, float64 and float32) is
+    accepted by the reader and conforms when replayed on numpy-batched."""
+    from suite_runner import run_suite
+
+    from mhaspec.conformance import failure_file
+    from mhaspec.replay import replay
+
+    failures = tmp_path / "failures"
+    run_suite(tmp_path, ["broken_backends:WRONG_SCALE"], "--mhaspec-failures", str(failures),
+              "-k", "test_sdpa or test_gqa or test_numerics or test_masking")
+    saved = sorted(failures.glob("*.npz"))
+    assert len(saved) >= 10, saved
+    clauses = set()
+    for path in saved:
+        meta, _ = failure_file.read_case(path)
+        clauses.add(meta["clause"])
+        assert replay(path, backend="numpy-batched", max_bytes=failure_file.DEFAULT_MAX_BYTES) == 0, (
+            path, capsys.readouterr().out[-2000:])
+    assert {"SDPA-1", "MHA-6"} <= clauses, clauses

@@ -11,7 +11,6 @@ Each run is a subprocess in its own directory (no shared Hypothesis example data
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import re
@@ -19,6 +18,8 @@ import subprocess
 import sys
 
 import pytest
+
+from mhaspec import runner
 
 TESTS = pathlib.Path(__file__).resolve().parent
 SELECTION = (
@@ -28,14 +29,10 @@ SELECTION = (
 def conformance_report(tmp: pathlib.Path, *args: str) -> list[dict]:
     """Run the conformance suite with ``args``; return the report without timings."""
     tmp.mkdir(parents=True, exist_ok=True)
-    report = tmp / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-q", "-p", "no:randomly",
-         "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning", "--mhaspec-report", str(report),
-         *args], cwd=tmp, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(TESTS)})
-    assert report.exists(), proc.stdout[-3000:] + proc.stderr[-2000:]
-    entries = json.loads(report.read_text("utf-8"))
+    run = runner.run_subprocess(runner.suite_args(extra=["-W", "ignore::RuntimeWarning", *args]),
+                                cwd=tmp, timeout=600, env={**os.environ, "PYTHONPATH": str(TESTS)})
+    assert run.results, run.stdout[-3000:] + run.stderr[-2000:]
+    entries = run.results
     for e in entries:
         e.pop("duration", None)
     return sorted(entries, key=lambda e: (e["test"], e["backend"], e["dtype"]))
@@ -68,10 +65,9 @@ def test_the_ci_profile_is_derandomized(tmp_path):
 
 def test_a_failures_reproducer_replays_the_identical_case(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-q", "-p", "no:randomly",
-         "-p", "no:cacheprovider", "--backend", "broken_backends:WRONG_SCALE", "--mhaspec-profile",
-         "certify", "--hypothesis-seed=3", "--mhaspec-dtypes", "float64", "-k",
-         "test_attention_equals_softmax_of_scaled_logits_times_v", "-x"],
+        runner.command(runner.suite_args(
+            backends=["broken_backends:WRONG_SCALE"], profile="certify", seed=3, dtypes="float64",
+            extra=["-k", "test_attention_equals_softmax_of_scaled_logits_times_v", "-x"])),
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(TESTS)})
     assert proc.returncode == 1, proc.stdout[-3000:]

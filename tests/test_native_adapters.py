@@ -208,7 +208,7 @@ def test_invalid_input_raises_value_error(name):
 def test_every_translated_convention_is_confirmed(name):
     """Each convention an adapter declares is really a native difference (the untranslated call
     does not conform) and the translation is right (the adapter as shipped does)."""
-    from mhaspec.conformance import conventions
+    from mhaspec import conventions
 
     rows = conventions.confirm(load(name))
     assert rows, f"{name} declares no convention"

@@ -2,18 +2,27 @@
 
 A certificate is JSON (validated by ``certificate.schema.json``, shipped with the package) with a
 SHA-256 of its canonical body, so an edited copy is detected by :func:`verify`; and Markdown for
-people. The body is canonical JSON: keys sorted, no whitespace, UTF-8.
+people (:func:`to_markdown`, every string from the backend escaped). The body is canonical JSON: keys
+sorted, no whitespace, UTF-8. :func:`check_consistency` checks that the recorded verdict follows from
+the recorded clauses and that the clauses are exactly those of a released spec version. Neither says
+who issued a certificate: that is what a detached signature (``mhaspec sign``) is for.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
+import re
+import subprocess
 from importlib import resources
 from typing import Any
 
 SCHEMA_ID = "mhaspec-certificate/1"
-VERDICTS = ("pass", "fail", "deviation", "stale-deviation", "not-implemented", "not-run")
+#: Largest certificate ``verify`` reads, in bytes (a certificate is about 30 KB).
+MAX_BYTES = 16 * 2**20
+#: The namespace of OpenSSH signatures over certificates (``ssh-keygen -Y sign -n ...``).
+SIGNATURE_NAMESPACE = "mhaspec-certificate"
 
 
 class CertificateError(ValueError):
@@ -33,6 +42,34 @@ def seal(body: dict) -> dict:
     return {**body, "sha256": hashlib.sha256(canonical(body)).hexdigest()}
 
 
+def loads(text: str | bytes) -> Any:
+    """Parse a certificate's JSON, refusing duplicate keys (a reader would see only the last),
+    NaN and Infinity (not JSON), numbers too long to parse and nesting too deep to parse; raises
+    :class:`CertificateError`."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys,
+                          parse_constant=_no_constant)
+    except RecursionError:
+        raise CertificateError("JSON nested too deeply") from None
+    except CertificateError:
+        raise
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
+        raise CertificateError(f"not JSON: {exc}") from None
+
+
+def _no_constant(name: str):
+    raise CertificateError(f"{name} is not a JSON number")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise CertificateError(f"the key {key!r} appears twice in one object")
+        seen.add(key)
+    return dict(pairs)
+
+
 def verify(cert: Any) -> dict:
     """Check schema and digest; returns the certificate or raises :class:`CertificateError`."""
     import jsonschema
@@ -50,69 +87,194 @@ def verify(cert: Any) -> dict:
     return cert
 
 
-def clause_verdicts(results: list[dict], spec, claimed_dtypes: dict[str, list[str]]) -> list[dict]:
-    """One entry per spec clause from the plugin's results (see ``--mhaspec-report``)."""
-    from mhaspec.conformance.plugin import summarize
+def released_clauses(version: str) -> tuple[tuple[str, str, bool], ...] | None:
+    """(id, title, testable) of every clause of spec ``version``, or None for an unknown version.
 
-    table = summarize(results)
-    out = []
-    for clause in spec.clauses:
-        cells = [cell for (b, c), cell in table.items() if c == clause.id]
-        runs = [r for r in results if clause.id in r["clauses"]]
-        failures = [r["message"] for r in runs if r["outcome"] in ("fail", "stale-deviation")
-                    and r.get("message")]
-        if not clause.testable:
-            verdict = "not-run"
-        elif not cells:
-            verdict = "not-run"
-        else:
-            outcomes = {r["outcome"] for r in runs if r["outcome"] != "unavailable"}
-            verdict = next((v for v in ("fail", "stale-deviation", "deviation", "pass",
-                                        "not-implemented") if v in outcomes), "not-run")
-        out.append({
-            "id": clause.id, "title": clause.title, "verdict": verdict,
-            "worst_ratio": max((c["ratio"] for c in cells), default=0.0),
-            "runs": sum(c["runs"] for c in cells),
-            "ran_on": sorted({f"{r['device']}/{r['dtype']}" for r in runs
-                              if r["outcome"] not in ("unavailable", "not-implemented")}),
-            "failures": failures[:3],
-        })
-    return out
+    The current version's clauses come from :func:`mhaspec.spec.load`; earlier released versions
+    from their frozen renderings (``spec/mhaspec-<version>.md``)."""
+    from mhaspec.spec import load
+
+    spec = load()
+    if version == spec.version:
+        return tuple((c.id, c.title, c.testable) for c in spec.clauses)
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", version):
+        return None
+    rendering = resources.files("mhaspec.spec").joinpath(f"mhaspec-{version}.md")
+    if not rendering.is_file():
+        return None
+    return clauses_of_rendering(rendering.read_text("utf-8"))
+
+
+#: A clause heading of a rendering: ``### ID: title[ *(informative)*] {#ID}``
+CLAUSE_HEADING = re.compile(r"^### ([A-Z]+-[0-9]+): (.*?)( \*\(informative\)\*)? \{#\1\}$", re.M)
+
+
+def clauses_of_rendering(text: str) -> tuple[tuple[str, str, bool], ...]:
+    """(id, title, testable) of each clause heading of a rendered specification."""
+    return tuple((m[1], m[2], not m[3]) for m in CLAUSE_HEADING.finditer(text))
+
+
+def check_consistency(cert: dict) -> list[str]:
+    """Check that ``cert`` (already :func:`verify`-ed) says only what its clauses support; returns
+    what was checked, one line each, or raises :class:`CertificateError`.
+
+    * the spec version is one this package knows (a release or the current version);
+    * its clauses are exactly that version's clauses, each once, with their titles, and informative
+      clauses are ``not-run``;
+    * the summary's verdict and counts are those :func:`~mhaspec.conformance.verdicts.overall_verdict`
+      and :func:`~mhaspec.conformance.verdicts.count_verdicts` compute from the clauses.
+    """
+    from mhaspec.conformance.verdicts import count_verdicts, overall_verdict
+
+    version = cert["spec"]["version"]
+    known = released_clauses(version)
+    if known is None:
+        raise CertificateError(f"spec version {version!r} is not a version this mhaspec knows")
+    recorded = [c["id"] for c in cert["clauses"]]
+    twice = sorted({i for i in recorded if recorded.count(i) > 1})
+    expected = {cid: (title, testable) for cid, title, testable in known}
+    missing = [cid for cid in expected if cid not in recorded]
+    unknown = sorted(set(recorded) - set(expected))
+    if twice or missing or unknown:
+        raise CertificateError(f"the clauses are not those of spec {version}: "
+                               f"missing {missing}, unknown {unknown}, repeated {twice}")
+    for c in cert["clauses"]:
+        title, testable = expected[c["id"]]
+        if c["title"] != title:
+            raise CertificateError(f"clause {c['id']} has the title {c['title']!r}, spec {version} "
+                                   f"says {title!r}")
+        if not testable and c["verdict"] != "not-run":
+            raise CertificateError(f"clause {c['id']} is informative in spec {version} but has the "
+                                   f"verdict {c['verdict']!r}")
+    verdict, counts = overall_verdict(cert["clauses"]), count_verdicts(cert["clauses"])
+    if cert["summary"]["verdict"] != verdict:
+        raise CertificateError(f"the summary says {cert['summary']['verdict']!r}, its clauses give "
+                               f"{verdict!r}")
+    if cert["summary"]["counts"] != counts:
+        raise CertificateError(f"the summary counts {cert['summary']['counts']} are not the clauses' "
+                               f"{counts}")
+    testable = sum(t for _, _, t in known)
+    return [f"consistency: the {len(known)} clauses of spec {version} ({testable} testable) each "
+            f"present once with their titles",
+            f"consistency: the summary ({verdict}; {', '.join(f'{n} {v}' for v, n in counts.items())}) "
+            f"is the one its clauses give"]
+
+
+def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
+    """The commit of mhaspec's own checkout, or None when mhaspec is not run from one.
+
+    An installed copy inside someone else's git repository must not report that repository's
+    commit: the git top level must be the project root of ``package_dir`` (src/mhaspec's parent's
+    parent, holding mhaspec's pyproject.toml)."""
+    package_dir = pathlib.Path(package_dir or pathlib.Path(__file__).parent).resolve()
+    root = package_dir.parent.parent
+    try:
+        pyproject = (root / "pyproject.toml").read_text("utf-8")
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                             text=True, timeout=10, cwd=package_dir)
+    except (OSError, UnicodeDecodeError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0 or not re.search(r'^name = "mhaspec"$', pyproject, re.M):
+        return None
+    lines = out.stdout.split()
+    if len(lines) != 2 or pathlib.Path(lines[0]).resolve() != root:
+        return None
+    return lines[1]
+
+
+def sign(path: pathlib.Path, key: pathlib.Path) -> pathlib.Path:
+    """Sign the certificate file ``path`` with the OpenSSH private ``key``; returns the detached
+    signature ``<path>.sig`` (``ssh-keygen -Y sign -n mhaspec-certificate``)."""
+    _ssh_keygen("-Y", "sign", "-f", str(key), "-n", SIGNATURE_NAMESPACE, str(path))
+    return pathlib.Path(f"{path}.sig")
+
+
+def check_signature(data: bytes, signature: pathlib.Path, allowed_signers: pathlib.Path,
+                    identity: str) -> str:
+    """Check the detached OpenSSH ``signature`` over the certificate bytes ``data`` against the
+    keys ``allowed_signers`` lists for ``identity``; returns ssh-keygen's one-line report or raises
+    :class:`CertificateError`."""
+    return _ssh_keygen("-Y", "verify", "-f", str(allowed_signers), "-I", identity,
+                       "-n", SIGNATURE_NAMESPACE, "-s", str(signature), stdin=data)
+
+
+def _ssh_keygen(*args: str, stdin: bytes | None = None) -> str:
+    try:
+        out = subprocess.run(["ssh-keygen", *args], input=stdin, capture_output=True, timeout=60,
+                             stdin=None if stdin is not None else subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise CertificateError("ssh-keygen (OpenSSH 8.1 or later) is needed for signatures and "
+                               "was not found") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CertificateError(f"ssh-keygen failed: {exc}") from None
+    text = " ".join((out.stdout + out.stderr).decode("utf-8", "replace").split())
+    if out.returncode != 0:
+        raise CertificateError(f"ssh-keygen {args[1]} failed: "
+                               f"{text or f'exit status {out.returncode}'}")
+    return text
+
+
+_MD_ESCAPES = {c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+def md_text(text: object) -> str:
+    """``text`` as inline Markdown that renders literally: one line (newlines and other control
+    characters become spaces), emphasis, code, links, table cells and HTML escaped. An underscore
+    between two letters or digits (``split_heads``) cannot open or close emphasis and stays as is."""
+    line = "".join(c if c.isprintable() else " " for c in str(text))
+    return "".join(c if c == "_" and 0 < i < len(line) - 1 and line[i - 1].isalnum()
+                   and line[i + 1].isalnum() else _MD_ESCAPES.get(c, c)
+                   for i, c in enumerate(line))
+
+
+def md_fenced(text: str) -> list[str]:
+    """``text`` in a code fence longer than any run of backticks inside it (so it cannot close the
+    fence); control characters other than newlines are written as escapes."""
+    safe = "".join(c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+    longest = max((len(m) for m in re.findall(r"`+", safe)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, safe, fence]
 
 
 def to_markdown(cert: dict) -> str:
-    """A human-readable rendering of a certificate."""
+    """A human-readable rendering of a certificate; every string it takes from the certificate is
+    escaped (:func:`md_text`, :func:`md_fenced`), so none can add a heading, a table cell or HTML."""
     b = cert["backend"]
     devices = cert["environment"]["devices"]
-    device_names = ", ".join(f"{d}: {v['name']}" for d, v in devices.items())
-    device_dtypes = "; ".join(f"{d}: " + ", ".join(v["dtypes"]) for d, v in devices.items())
+    device_names = ", ".join(f"{md_text(d)}: {md_text(v['name'])}" for d, v in devices.items())
+    device_dtypes = "; ".join(f"{md_text(d)}: " + ", ".join(v["dtypes"]) for d, v in devices.items())
     hyp = cert["hypothesis"]
-    lines = [f"# mhaspec certificate: {b['name']}", "",
-             f"**Verdict: {cert['summary']['verdict']}** against {cert['spec']['name']} "
-             f"{cert['spec']['version']} (suite {cert['suite']['version']}, commit "
-             f"{cert['suite']['git_commit'] or 'unknown'}).", "",
+    commit = cert["suite"]["git_commit"] or "unknown"
+    lines = [f"# mhaspec certificate: {md_text(b['name'])}", "",
+             f"**Verdict: {cert['summary']['verdict']}** against {md_text(cert['spec']['name'])} "
+             f"{md_text(cert['spec']['version'])} (suite {md_text(cert['suite']['version'])}, commit "
+             f"{md_text(commit)}).", "",
              "| | |", "|---|---|",
-             f"| backend | `{b['name']}` ({b['ref']}) |",
-             f"| framework | {b['framework']} {b['framework_version']} |",
+             f"| backend | {md_text(b['name'])} ({md_text(b['ref'])}) |",
+             f"| framework | {md_text(b['framework'])} {md_text(b['framework_version'])} |",
              f"| devices | {device_names} |",
              f"| dtypes | {device_dtypes} |",
              f"| hypothesis | profile {hyp['profile']}, seed {hyp['seed']}, "
              + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
              + f"{hyp['backend_calls']} backend calls |",
-             f"| issued | {cert['issued']} |", "",
+             f"| issued | {md_text(cert['issued'])} |", "",
              "| clause | title | verdict | worst NUM-3 ratio | runs | ran on |",
              "|---|---|---|---|---|---|"]
     for c in cert["clauses"]:
-        lines.append(f"| {c['id']} | {c['title']} | {c['verdict']} | {c['worst_ratio']:.2f} | "
-                     f"{c['runs']} | {', '.join(c['ran_on'])} |")
+        ran_on = ", ".join(md_text(x) for x in c["ran_on"])
+        if c.get("not_run_on"):
+            ran_on += "; NOT RUN on " + ", ".join(md_text(x) for x in c["not_run_on"])
+        lines.append(f"| {md_text(c['id'])} | {md_text(c['title'])} | {c['verdict']} | "
+                     f"{c['worst_ratio']:.2f} | {c['runs']} | {ran_on} |")
     if b["deviations"]:
         lines += ["", "Declared deviations:", ""]
-        lines += [f"- **{k}**: {v}" for k, v in sorted(b["deviations"].items())]
+        lines += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in sorted(b["deviations"].items())]
     failing = [c for c in cert["clauses"] if c["failures"]]
     if failing:
         lines += ["", "## Failures", ""]
         for c in failing:
             for msg in c["failures"]:
-                lines += [f"### {c['id']}", "", "```", msg, "```", ""]
+                lines += [f"### {md_text(c['id'])}", "", *md_fenced(msg), ""]
     lines += ["", f"SHA-256 of the canonical body: `{cert['sha256']}` (check with `mhaspec verify`)."]
     return "\n".join(lines) + "\n"

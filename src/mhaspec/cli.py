@@ -1,9 +1,12 @@
-"""``mhaspec``: certify a backend, verify a certificate, replay a failure, list backends.
+"""``mhaspec``: the command line of the conformance suite.
 
     mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--output-dir DIR]
-    mhaspec verify CERT.json
-    mhaspec replay FAILURE.npz [--backend NAME|module:attr]
+    mhaspec verify CERT.json [--markdown CERT.md]
+                   [--signature CERT.json.sig --allowed-signers FILE --identity ID]
+    mhaspec sign CERT.json --key KEY
+    mhaspec replay FAILURE.npz --backend NAME|module:attr | --recorded-backend [--max-bytes N]
     mhaspec backends
+    mhaspec matrix | soak | bench | tolerance-study | errors-table | conventions [ARGS]
 
 Exit status: 0 success (certify: every claimed clause passes), 1 the backend does not conform or a
 replayed case still fails, 2 bad usage or input (one line on stderr, no traceback).
@@ -12,192 +15,234 @@ replayed case still fails, 2 bad usage or input (one line on stderr, no tracebac
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
+import importlib
+import os
 import pathlib
-import platform
-import random
-import subprocess
 import sys
-import tempfile
 
 from mhaspec import __version__, certificate
+from mhaspec.usage import (ArgumentParser, UsageError, load_backend, one_line, printable,
+                           read_bounded)
 
-
-class UsageError(Exception):
-    """Bad input from the user: reported as one line, exit status 2."""
-
-
-def _load(ref: str):
-    from mhaspec.backends import BackendLoadError, load_backend
-
-    try:
-        return load_backend(ref)
-    except BackendLoadError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=pathlib.Path(__file__).resolve().parent)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def _device_name(backend, device: str) -> str:
-    if device == "cpu":
-        return platform.processor() or platform.machine()
-    try:
-        if backend.framework == "torch":
-            import torch
-
-            return torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - a name is informative only
-        pass
-    return device
+#: ``mhaspec <command>`` -> (module whose ``main(argv) -> int`` runs it, one-line help). Imported
+#: only when the command runs, so one tool's missing optional dependency is that tool's error.
+TOOLS = {
+    "matrix": ("mhaspec.matrix", "conformance matrix of every registered backend"),
+    "soak": ("mhaspec.soak", "run the suite for hours and collect rare failures"),
+    "bench": ("mhaspec.bench.__main__", "speed and memory of the backends, side by side"),
+    "tolerance-study": ("mhaspec.tolerance_study", "measure NUM-3 error ratios over many cases"),
+    "errors-table": ("mhaspec.errors_table", "the table of invalid inputs and their errors"),
+    "conventions": ("mhaspec.conventions", "check the native ops' translated conventions"),
+}
 
 
 def cmd_certify(args) -> int:
-    from hypothesis import settings
+    from mhaspec.certify import cmd_certify as certify
 
-    from mhaspec.spec import load as load_spec
+    return certify(args)
 
-    backend = _load(args.backend)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
-    out_dir = pathlib.Path(args.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    failures_dir = out_dir / f"{backend.name}-failures"
-    with tempfile.TemporaryDirectory() as tmp:
-        report = pathlib.Path(tmp) / "results.json"
-        pytest_args = ["--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
-                       "--backend", args.backend, "--mhaspec-profile", args.profile,
-                       "--mhaspec-report", str(report), "--mhaspec-failures", str(failures_dir),
-                       f"--hypothesis-seed={seed}", "-q", "--no-header", *args.pytest_args]
-        print(f"mhaspec certify: {backend.name} against spec {load_spec().version}, profile "
-              f"{args.profile}, seed {seed}", flush=True)
-        import pytest
 
-        code = pytest.main(pytest_args)
-        if not report.exists():
-            raise UsageError(f"the conformance run did not complete (pytest exit status {int(code)})")
-        results = json.loads(report.read_text("utf-8"))
-    spec = load_spec()
-    devices = backend.devices()
-    dtypes = {d: list(backend.dtypes(d)) for d, why in devices.items() if why is None}
-    clauses = certificate.clause_verdicts(results, spec, dtypes)
-    counts: dict[str, int] = {}
-    for c in clauses:
-        counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
-    conforms = not counts.get("fail") and not counts.get("stale-deviation") and bool(counts.get("pass"))
-    body = {
-        "schema": certificate.SCHEMA_ID,
-        "spec": {"name": spec.name, "version": spec.version},
-        "suite": {"version": __version__, "git_commit": _git_commit()},
-        "backend": {"ref": args.backend, "name": backend.name, "framework": backend.framework,
-                    "framework_version": str(backend.framework_version()),
-                    "protocol_version": int(getattr(backend, "protocol_version", 1)),
-                    "capabilities": sorted(backend.capabilities),
-                    "deviations": dict(sorted(backend.deviations.items()))},
-        "environment": {
-            "python": platform.python_version(), "platform": platform.platform(),
-            "devices": {d: {"name": _device_name(backend, d), "dtypes": dtypes[d],
-                            "precision_flags": {k: str(v) for k, v in
-                                                backend.precision_flags(d).items()}}
-                        for d in dtypes},
-            "unavailable_devices": {d: why for d, why in devices.items() if why is not None}},
-        "hypothesis": {"profile": args.profile, "seed": seed,
-                       "max_examples": settings.get_profile(f"mhaspec-{args.profile}").max_examples,
-                       "backend_calls": sum(r.get("calls", 0) for r in results),
-                       "examples": sum(r.get("examples", 0) for r in results)},
-        "issued": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "clauses": clauses,
-        "summary": {"verdict": "conforms" if conforms else "does not conform", "counts": counts},
-    }
-    cert = certificate.seal(body)
-    certificate.verify(cert)
-    json_path = out_dir / f"{backend.name}.json"
-    json_path.write_text(json.dumps(cert, indent=1, sort_keys=True) + "\n", "utf-8")
-    (out_dir / f"{backend.name}.md").write_text(certificate.to_markdown(cert), "utf-8")
-    print(f"mhaspec certify: {backend.name} {body['summary']['verdict']} "
-          f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); certificate {json_path}")
-    return 0 if conforms else 1
+def _read_certificate(path: pathlib.Path, max_bytes: int) -> tuple[bytes, dict]:
+    """The file's bytes and its parsed JSON (schema and digest checked)."""
+    data = read_bounded(path, max_bytes, "certificate")
+    try:
+        cert = certificate.loads(data)
+    except certificate.CertificateError as exc:
+        raise UsageError(f"cannot read certificate {printable(path)}: {one_line(exc)}") from None
+    try:
+        cert = certificate.verify(cert)
+    except certificate.CertificateError as exc:
+        raise UsageError(f"{printable(path)}: {printable(one_line(exc), limit=400)}") from None
+    return data, cert
 
 
 def cmd_verify(args) -> int:
     path = pathlib.Path(args.certificate)
+    signing = (args.signature, args.allowed_signers, args.identity)
+    if any(signing) and not all(signing):
+        raise UsageError("--signature, --allowed-signers and --identity go together")
+    data, cert = _read_certificate(path, args.max_bytes)
     try:
-        cert = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"cannot read certificate {path}: {exc}") from None
-    try:
-        certificate.verify(cert)
+        checked = certificate.check_consistency(cert)
     except certificate.CertificateError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-    print(f"{path}: valid certificate for {cert['backend']['name']} "
-          f"({cert['summary']['verdict']}, spec {cert['spec']['version']}, sha256 {cert['sha256'][:16]}...)")
+        raise UsageError(f"{printable(path)}: inconsistent certificate: "
+                         f"{printable(one_line(exc), limit=400)}") from None
+    b = cert["backend"]
+    lines = [f"{printable(path)}: certificate for {printable(b['name'])} ({printable(b['framework'])} "
+             f"{printable(b['framework_version'])}): {cert['summary']['verdict']} against spec "
+             f"{cert['spec']['version']}",
+             f"schema: matches {certificate.SCHEMA_ID}",
+             f"integrity: the body hashes to the recorded SHA-256 {cert['sha256']}", *checked]
+    if args.markdown:
+        md = pathlib.Path(args.markdown)
+        try:
+            text = read_bounded(md, args.max_bytes, "Markdown file").decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"cannot read {printable(md)}: {one_line(exc)}") from None
+        if text != certificate.to_markdown(cert):
+            raise UsageError(f"{printable(md)} is not the Markdown rendering of {printable(path)}")
+        lines.append(f"markdown: {printable(md)} is the rendering of the JSON")
+    if args.signature:
+        try:
+            said = certificate.check_signature(data, pathlib.Path(args.signature),
+                                               pathlib.Path(args.allowed_signers), args.identity)
+        except certificate.CertificateError as exc:
+            raise UsageError(f"{printable(args.signature)}: "
+                             f"{printable(one_line(exc), limit=400)}") from None
+        lines.append(f"authenticity: signed by {printable(args.identity)} with a key listed in "
+                     f"{printable(args.allowed_signers)} ({printable(said)})")
+    else:
+        lines.append("authenticity: NOT checked (no --signature): anyone can write a certificate "
+                     "that passes the checks above")
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_sign(args) -> int:
+    path = pathlib.Path(args.certificate)
+    _, cert = _read_certificate(path, certificate.MAX_BYTES)
+    try:
+        certificate.check_consistency(cert)
+        sig = certificate.sign(path, pathlib.Path(args.key))
+    except certificate.CertificateError as exc:
+        raise UsageError(f"{printable(path)}: {printable(one_line(exc), limit=400)}") from None
+    print(f"{printable(path)}: signed, signature {printable(sig)} (namespace "
+          f"{certificate.SIGNATURE_NAMESPACE})")
     return 0
 
 
 def cmd_replay(args) -> int:
-    from mhaspec.conformance import replay
+    from mhaspec.replay import replay
 
-    try:
-        ok = replay.replay_file(args.file, backend=args.backend)
-    except replay.ReplayError as exc:
-        raise UsageError(str(exc)) from None
-    return 0 if ok else 1
+    return replay(args.file, backend=args.backend, recorded_backend=args.recorded_backend,
+                  max_bytes=args.max_bytes)
 
 
 def cmd_backends(args) -> int:
     from mhaspec.backends import registered_backends
 
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up log, not a reason
     for name, target in sorted(registered_backends().items()):
-        print(f"{name:16} {target}")
+        try:
+            backend = load_backend(name)
+            devices = {d: list(backend.dtypes(d)) for d, why in backend.devices().items() if why is None}
+            state = "available " + "; ".join(f"{d}: {', '.join(t)}" for d, t in devices.items())
+        except UsageError as exc:
+            state = f"unavailable: {printable(exc, limit=160)}"
+        except Exception as exc:  # noqa: BLE001 - devices() or dtypes() of a broken backend
+            state = f"unavailable: {type(exc).__name__}: {printable(one_line(exc), limit=160)}"
+        print(f"{printable(name):16} {printable(target):44} {state}")
     return 0
 
 
+def _byte_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mhaspec", description=__doc__.split("\n\n")[0])
+    from mhaspec.conformance.failure_file import DEFAULT_MAX_BYTES
+
+    p = ArgumentParser(prog="mhaspec", description="The command line of the mhaspec conformance suite.")
     p.add_argument("--version", action="version", version=f"mhaspec {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("certify", help="run the suite on a backend and write a certificate")
     c.add_argument("backend", help="registered backend name or module:attr")
     c.add_argument("--profile", default="certify", choices=["dev", "ci", "certify"])
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random)")
-    c.add_argument("--output-dir", default="certificates", help="where to write NAME.json and NAME.md")
+    c.add_argument("--output-dir", default="certificates",
+                   help="where to write NAME.json, NAME.md and NAME-failures/ (NAME: the backend's "
+                        "name reduced to a safe file name)")
+    c.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
+                   help="time limit of every backend call; past it the test fails (default: the "
+                        "suite's, 60 s); recorded in the certificate")
     c.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -n 2")
     c.set_defaults(func=cmd_certify)
-    v = sub.add_parser("verify", help="check a certificate's schema and SHA-256")
-    v.add_argument("certificate")
+    v = sub.add_parser("verify", help="check a certificate's integrity and consistency "
+                                      "(and its signature when given)",
+                       description="Check a certificate and print each check: schema, integrity "
+                                   "(the body hashes to the recorded SHA-256), consistency (the "
+                                   "summary follows from the clauses, which are those of a known "
+                                   "spec version), the Markdown rendering with --markdown, and "
+                                   "authenticity only with a signature from a key you trust.")
+    v.add_argument("certificate", help="the certificate's JSON file")
+    v.add_argument("--markdown", help="also check that this file is the Markdown rendering of the JSON")
+    v.add_argument("--signature", help="a detached OpenSSH signature of the certificate (mhaspec sign)")
+    v.add_argument("--allowed-signers", help="ssh-keygen allowed_signers file of the keys you trust")
+    v.add_argument("--identity", help="the signer's identity in the allowed_signers file")
+    v.add_argument("--max-bytes", type=_byte_count, default=certificate.MAX_BYTES,
+                   help=f"largest certificate read (default {certificate.MAX_BYTES})")
     v.set_defaults(func=cmd_verify)
-    r = sub.add_parser("replay", help="replay a saved failing case")
+    s = sub.add_parser("sign", help="sign a certificate with an OpenSSH key (ssh-keygen -Y sign)",
+                       description="Check a certificate's integrity and consistency, then write "
+                                   "the detached signature CERT.sig (namespace "
+                                   f"{certificate.SIGNATURE_NAMESPACE}).")
+    s.add_argument("certificate", help="the certificate's JSON file")
+    s.add_argument("--key", required=True, help="OpenSSH private key file (ssh-keygen -t ed25519)")
+    s.set_defaults(func=cmd_sign)
+    r = sub.add_parser("replay", help="replay a saved failing case on a backend you name",
+                       description="Rerun a saved failing case and print its error against the "
+                                   "oracle (exit 0 conforms now, 1 still fails). The file is data: "
+                                   "it is checked before its arrays are read and never chooses "
+                                   "the code that runs.")
     r.add_argument("file", help="a .npz written by a failing conformance run")
-    r.add_argument("--backend", default=None, help="backend to replay on (default: the one recorded)")
+    which = r.add_mutually_exclusive_group()
+    which.add_argument("--backend", default=None,
+                       help="backend to replay on: registered name or module:attr")
+    which.add_argument("--recorded-backend", action="store_true",
+                       help="replay on the backend the file records, if it is a registered "
+                            "name (a module:attr from a file is never imported)")
+    r.add_argument("--max-bytes", type=_byte_count, default=DEFAULT_MAX_BYTES,
+                   help=f"largest total size of the file's arrays (default {DEFAULT_MAX_BYTES})")
     r.set_defaults(func=cmd_replay)
-    b = sub.add_parser("backends", help="list registered backends")
+    b = sub.add_parser("backends", help="list registered backends and whether each is available")
     b.set_defaults(func=cmd_backends)
+    for name, (_, text) in TOOLS.items():
+        sub.add_parser(name, help=f"{text} (mhaspec {name} --help)", add_help=False)
     return p
+
+
+def run_tool(name: str, argv: list[str]) -> int:
+    """Run ``mhaspec <name>`` (one of :data:`TOOLS`): its module's ``main(argv)``."""
+    module_name = TOOLS[name][0]
+    try:
+        main_of = importlib.import_module(module_name).main
+        return int(main_of(argv) or 0)
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"mhaspec {name} needs the module {exc.name!r}, which is not "
+                         f"installed") from None
+    except AttributeError:
+        raise UsageError(f"mhaspec {name}: {module_name} has no main(argv)") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    # argparse gives a positional nargs="*" nothing after "--" once an option follows the backend
-    # (`certify X --profile ci -- -k SDPA`), so the pytest arguments are split off here
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    if "--" in argv:
-        argv = argv[:argv.index("--")]
-    args = parser().parse_args(argv)
-    if extra:
-        if args.command != "certify":
-            parser().error(f"arguments after '--' are passed to pytest by certify only, not {args.command}")
-        args.pytest_args = [*args.pytest_args, *extra]
     try:
+        if argv and argv[0] in TOOLS:
+            return run_tool(argv[0], argv[1:])
+        # argparse gives a positional nargs="*" nothing after "--" once an option follows the
+        # backend (`certify X --profile ci -- -k SDPA`), so the pytest arguments are split off here
+        extra = argv[argv.index("--") + 1:] if "--" in argv else []
+        if "--" in argv:
+            argv = argv[:argv.index("--")]
+        args = parser().parse_args(argv)
+        if extra:
+            if args.command != "certify":
+                raise UsageError(f"arguments after '--' are passed to pytest by certify only, "
+                                 f"not {args.command}")
+            args.pytest_args = [*args.pytest_args, *extra]
         return args.func(args)
     except UsageError as exc:
-        print(f"mhaspec: error: {exc}", file=sys.stderr)
+        print(f"mhaspec: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (`mhaspec verify ... | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

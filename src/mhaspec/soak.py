@@ -1,6 +1,6 @@
 """Soak the conformance suite: run it again and again on clean backends with fresh random seeds.
 
-``python -m mhaspec.soak [--backend NAME ...] [--seconds S] [--examples N] [--per-test N]
+``mhaspec soak [--backend NAME ...] [--seconds S] [--examples N] [--per-test N]
 [--jobs J] [-- pytest args]``
 
 Each round is one run of the suite on one backend (``--mhaspec-profile certify``,
@@ -37,9 +37,11 @@ import subprocess
 import sys
 import time
 
+from mhaspec import runner
 from mhaspec.backends import registered_backends
+from mhaspec.conformance import verdicts
 
-BAD = ("fail", "stale-deviation")
+BAD = verdicts.BAD
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -47,7 +49,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="python -m mhaspec.soak", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="mhaspec soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", action="append", default=[], metavar="NAME|module:attr",
                    help="backend to soak (repeatable); default: every registered backend that imports")
     p.add_argument("--seconds", type=float,
@@ -95,14 +97,9 @@ class _Round:
         self.per_test, self.dtypes = per_test, dtypes
         self.report = args.output_dir / f"round-{index:03d}.json"
         self.report.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p",
-               "no:cacheprovider", "-q", "--no-header", "-p", "no:randomly", "--mhaspec-profile",
-               "certify", f"--hypothesis-seed={seed}", "--mhaspec-report", str(self.report.resolve()),
-               "--mhaspec-shapes", args.shapes, "--mhaspec-examples", str(per_test),
-               "--backend", backend]
-        if dtypes:
-            cmd += ["--mhaspec-dtypes", dtypes]
-        cmd += extra
+        cmd = runner.command(runner.suite_args(
+            backends=[backend], profile="certify", seed=seed, report=self.report.resolve(),
+            shapes=args.shapes, examples=per_test, dtypes=dtypes or None, extra=extra))
         # own cwd: the Hypothesis example database of the soak stays under the output directory
         work = args.output_dir / "work"
         work.mkdir(parents=True, exist_ok=True)
@@ -131,7 +128,7 @@ class _Round:
 
     def result(self) -> dict:
         self.log.close()
-        results = json.loads(self.report.read_text()) if self.report.exists() else []
+        results = runner.load_results(self.report)
         return {"seed": self.seed, "returncode": self.proc.returncode, "per_test": self.per_test,
                 "dtypes": self.dtypes, "interrupted": self.interrupted, "results": results}
 
@@ -303,11 +300,11 @@ def main(argv: list[str] | None = None) -> int:
             report = args.output_dir / f"round-{rnd['round']:03d}.json"
             if not rnd.get("interrupted") and report.exists():
                 per_test = rnd.get("per_test") or summary.get("examples_per_test", 100)
-                rates = _rates(json.loads(report.read_text("utf-8")), per_test)
+                rates = _rates(runner.load_results(report), per_test)
                 summary.setdefault("rates", {}).update({k: v for k, v in rates.items()
                                                         if k not in summary["rates"]})
     else:
-        summary = {"command": ["python", "-m", "mhaspec.soak", *(sys.argv[1:] if argv is None else argv)],
+        summary = {"command": ["mhaspec", "soak", *(sys.argv[1:] if argv is None else argv)],
                    "backends": args.backend or "registered", "profile": "certify",
                    "shapes": args.shapes, "seconds_budget": args.seconds,
                    "target_examples": args.examples, "examples_per_test": args.per_test,

@@ -272,9 +272,27 @@ def cmd_headline(batch: int, length: int, d_model: int, heads: int, rounds: int)
             "block_medians_s": times}
 
 
+def cmd_variants() -> dict[str, list[str]]:
+    """framework -> the registered backends (entry points) built on it that import here, except the
+    native-op adapters: the bench times the native ops themselves (``torch-native-*``)."""
+    from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+
+    out: dict[str, list[str]] = {}
+    for name in sorted(registered_backends()):
+        try:
+            backend = load_backend(name)
+        except BackendLoadError:
+            continue  # framework not installed
+        if not getattr(backend, "native_op", ""):
+            out.setdefault(backend.framework, []).append(name)
+    return out
+
+
 def main(argv: list[str]) -> None:
     cmd = argv[0]
-    if cmd == "time":
+    if cmd == "variants":
+        out = cmd_variants()
+    elif cmd == "time":
         out = cmd_time(json.loads(argv[1]))
     elif cmd == "roof":
         out = {"gflops": matmul_roof(argv[1])}

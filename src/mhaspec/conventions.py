@@ -4,17 +4,17 @@ translates, and this module shows that the translation is needed. For each decla
 calls the adapter on a case that exercises it, once as shipped (must agree with the oracle under
 NUM-3) and once with that translation switched off (``adapter.untranslated(key)``: must not).
 
-``python -m mhaspec.conformance.conventions`` prints the table; ``conformance.matrix`` renders it.
+``mhaspec conventions`` prints the table; ``mhaspec matrix`` renders it.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from mhaspec.backends import load_backend
+from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 
-from . import harness, tolerance
-from .strategies import CaseSpec
+from mhaspec.conformance import harness, tolerance
+from mhaspec.conformance.strategies import CaseSpec
 
 #: A case per convention that the untranslated call gets wrong (float32, on the CPU).
 CASES = {
@@ -41,12 +41,12 @@ def _outcome(impl: harness.Impl, spec: CaseSpec, op: str) -> tuple[bool, str]:
     """(agrees with the oracle under NUM-3, a short description)."""
     case = impl.case(spec, op)
     try:
-        got = impl.sdpa(case) if op == "sdpa" else impl.mha(case)
+        got = harness.run(impl, op, case)
     except Exception as exc:  # noqa: BLE001 - an exception is one way to differ
         return False, f"raises {type(exc).__name__}"
-    expected = harness.oracle_result(case, op)
-    error, _ = tolerance.max_abs_error(got.out, expected.out)
-    allowed, _ = harness.allowance(case, op, impl, expected)
+    ref = harness.reference(case, op, impl.dtype)
+    error, _ = tolerance.max_abs_error(got.out, ref.expected.out)
+    allowed, _ = harness.allowance(case, op, impl, ref)
     if error <= allowed:
         return True, f"agrees (max error {error:.1e})"
     return False, f"output differs from the oracle by up to {error:.2g} (allowed {allowed:.1e})"
@@ -66,15 +66,31 @@ def confirm(adapter) -> list[Confirmation]:
     return rows
 
 
+def _adapters(refs: list[str]) -> list:
+    """The named backends, or every registered one that declares conventions and loads."""
+    if refs:
+        return [load_backend(ref) for ref in refs]
+    loaded = []
+    for name in sorted(registered_backends()):
+        try:
+            backend = load_backend(name)
+        except BackendLoadError:
+            continue  # framework not installed
+        if getattr(backend, "conventions", None):
+            loaded.append(backend)
+    return loaded
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m mhaspec.conformance.conventions",
+    parser = argparse.ArgumentParser(prog="mhaspec conventions",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("backend", nargs="*",
-                        default=["torch-sdpa", "torch-mha", "jax-dpa", "jax-dpa-jit", "keras-mha"])
+                        help="adapters to check (default: every registered backend that declares "
+                             "conventions and whose framework imports)")
     args = parser.parse_args(argv)
-    rows = [r for name in args.backend for r in confirm(load_backend(name))]
+    rows = [r for adapter in _adapters(args.backend) for r in confirm(adapter)]
     for r in rows:
         print(f"{r.adapter:12} {r.convention:17} {r.clause:8} "
               f"{'confirmed' if r.confirmed else 'NOT CONFIRMED'}: untranslated {r.untranslated}; "

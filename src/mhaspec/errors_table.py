@@ -1,6 +1,6 @@
 """Render the catalogue of invalid inputs (chapter ERR) and the error each produces, as Markdown.
 
-    python -m mhaspec.conformance.errors_table [BACKEND] > docs/generated/errors.md
+    mhaspec errors-table [BACKEND] > docs/generated/errors.md
 """
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ import sys
 
 from mhaspec.backends import load_backend
 
-from . import harness
-from .test_errors import BAD_INPUTS, _call
+from mhaspec.conformance import harness
+from mhaspec.conformance.test_errors import BAD_INPUTS, invalid_call
 
 
 def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
     backend = load_backend(backend_ref)
     lines = [f"Generated with `{backend.name}` ({dtype}; float16 for ERR-9, which only applies "
-             "there) by `python -m mhaspec.conformance.errors_table`.", "",
+             "there) by `mhaspec errors-table`.", "",
              "| clause | operation | invalid input | argument | error raised |",
              "|---|---|---|---|---|"]
     for (clause, op), entries in BAD_INPUTS.items():
         impl = harness.Impl(backend, "cpu", "float16" if clause == "ERR-9" else dtype)
         for bad in entries:
             try:
-                _call(impl, op, bad)
+                invalid_call(impl, op, bad)
                 raised = "**no error**"
             except Exception as exc:  # noqa: BLE001 - the table reports whatever happens
                 raised = f"`{type(exc).__name__}`: {str(exc).replace('|', '/')}"
@@ -32,5 +32,17 @@ def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
     return "\n".join(lines) + "\n"
 
 
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="mhaspec errors-table", description=__doc__.split("\n\n")[0])
+    parser.add_argument("backend", nargs="?", default="numpy-batched",
+                        help="registered backend name or module:attr (default numpy-batched)")
+    parser.add_argument("--dtype", default="float32", help="dtype of the calls (default float32)")
+    args = parser.parse_args(argv)
+    sys.stdout.write(render(args.backend, args.dtype))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.stdout.write(render(*sys.argv[1:2]))
+    raise SystemExit(main())

@@ -1,17 +1,22 @@
-"""``python -m mhaspec.conformance.matrix``: the conformance matrix of every registered backend.
+"""``mhaspec matrix``: the conformance matrix of every registered backend.
 
-Runs the conformance suite (ci profile) once over every registered backend with
-``--mhaspec-report``, then renders ``docs/generated/matrix.md`` (included by ``docs/matrix.md``):
+Runs the conformance suite (ci profile) once over every registered backend (in-process, through
+:mod:`mhaspec.runner`; the results are also kept in ``results/matrix/report.json``), then renders
+``docs/generated/matrix.md`` (included by ``docs/matrix.md``):
 
+* one row per implementation with its framework version, the devices and dtypes it ran on, its
+  verdict (:func:`mhaspec.conformance.verdicts.overall_verdict`, as ``mhaspec certify``) and the
+  seconds its tests took;
 * one row per implementation, one column per chapter of the spec; a cell is *pass*, *deviation*
   (with the backend's declared one-line behaviour), *not implemented* (capability not claimed) or
-  *fail* (with the failing clauses); framework versions and the device are listed per row;
+  *fail* (with the failing clauses);
 * a pairwise agreement table: the largest absolute difference between the outputs of every two
   implementations on a few fixed inputs, in float64 and float32.
 
 Clause links are relative to ``docs/`` (``spec/index.md#MASK-9``), where the page is included.
 Options: ``--dtypes float64,float32`` (a shorter run; the page says so), ``--report FILE`` (render
-an existing report instead of running), ``--out``, ``--profile``; other arguments after ``--`` go to
+an existing report instead of running; without the not-run records a rendered report cannot tell
+"incomplete"), ``--out``, ``--profile``; other arguments after ``--`` go to
 pytest.
 """
 
@@ -22,18 +27,16 @@ import datetime
 import json
 import pathlib
 import platform
-import subprocess
 import sys
 from collections import defaultdict
 
 import numpy as np
 
-from mhaspec.backends import BackendLoadError, MHAParams, load_backend, registered_backends
+from mhaspec import conventions, runner
+from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+from mhaspec.conformance import harness, verdicts
+from mhaspec.conformance.strategies import CaseSpec, build_case
 from mhaspec.spec import load as load_spec
-
-from . import conventions
-from .plugin import SEVERITY
-from .strategies import CaseSpec, build_case
 
 DEFAULT_OUT = pathlib.Path("docs/generated/matrix.md")
 DEFAULT_REPORT = pathlib.Path("results/matrix/report.json")
@@ -59,27 +62,12 @@ def link(clause: str) -> str:
     return f"[{clause}](spec/index.md#{clause})"
 
 
-def run_suite(report: pathlib.Path, backends: list[str], dtypes: str | None, profile: str,
-              extra: list[str]) -> int:
-    """Run the conformance suite once over ``backends``, writing the JSON report."""
-    report.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance", "-p",
-           "no:cacheprovider", "-q", "--no-header", "-rN", "--mhaspec-profile", profile,
-           "--mhaspec-report", str(report)]
-    for b in backends:
-        cmd += ["--backend", b]
-    if dtypes:
-        cmd += ["--mhaspec-dtypes", dtypes]
-    print("running:", " ".join(cmd), flush=True)
-    return subprocess.call(cmd + extra)
-
-
 def _chapter_cell(outcomes: dict[str, str], deviations: dict[str, str]) -> str:
     """One cell from clause -> worst outcome for the clauses of one chapter."""
     ran = {c: o for c, o in outcomes.items() if o != "unavailable"}
     if not ran:
         return "unavailable" if outcomes else ""
-    worst = min(ran.values(), key=SEVERITY.index)
+    worst = verdicts.chapter_verdict(ran)
     if worst in ("fail", "stale-deviation"):
         bad = [c for c, o in ran.items() if o == worst]
         return CELL[worst] + ": " + ", ".join(link(c) for c in bad)
@@ -106,22 +94,12 @@ def agreement(backends: list, dtype: str) -> tuple[list[str], np.ndarray]:
     for be in backends:
         if "mha" not in be.capabilities:
             continue
+        impl = harness.Impl(be, "cpu", dtype)
         results = []
         for spec in AGREEMENT_CASES.values():
-            case = build_case(spec)
             try:
-                arr = lambda x: None if x is None else be.asarray(  # noqa: E731
-                    np.asarray(x), dtype="bool" if np.asarray(x).dtype == bool else dtype)
-                query = arr(case.query)
-                key, value = (query, query) if spec.self_attention else (arr(case.key),
-                                                                         arr(case.value))
-                kw = case.mask_kwargs()
-                kw = {n: (arr(v) if n in ("mask", "bias", "legacy_mask", "key_padding_mask")
-                          else v) for n, v in kw.items()}
-                out, _ = be.multi_head_attention(query, key, value,
-                                                 MHAParams(*(arr(p) for p in case.params)),
-                                                 num_heads=spec.heads, **kw)
-                results.append(np.asarray(be.to_numpy(out), dtype=np.float64))
+                got = harness.run(impl, "mha", build_case(spec))
+                results.append(np.asarray(got.out, dtype=np.float64))
             except (NotImplementedError, ValueError):
                 results.append(None)
         names.append(be.name)
@@ -157,27 +135,30 @@ def _conventions_section(loaded: list) -> list[str]:
     return lines + [""]
 
 
-def render(results: list[dict], backends: dict, dtypes: str | None, profile: str) -> str:
+def render(results: list[dict], backends: dict, dtypes: str | None, profile: str,
+           not_run: list[dict] = ()) -> str:
+    """The matrix page from the run's results (and its not-run records, for the verdicts)."""
     spec = load_spec()
     chapters = [ch for ch in spec.chapters if any(c.chapter == ch.id and c.testable
                                                   for c in spec.clauses)]
     clause_chapter = {c.id: c.chapter for c in spec.clauses}
-    worst: dict[tuple[str, str], str] = {}
+    worst = {key: entry["outcome"] for key, entry in verdicts.summarize(results).items()}
     combos: dict[str, set] = defaultdict(set)
+    seconds: dict[str, float] = defaultdict(float)
     for r in results:
+        seconds[r["backend"]] += r.get("duration", 0.0)
         if r["outcome"] != "unavailable":
             combos[r["backend"]].add((r["device"], r["dtype"]))
-        for c in r["clauses"]:
-            key = (r["backend"], c)
-            if key not in worst or SEVERITY.index(r["outcome"]) < SEVERITY.index(worst[key]):
-                worst[key] = r["outcome"]
     names = sorted({b for b, _ in worst})
+    claimed = {n: {d: list(be.dtypes(d)) for d, why in be.devices().items() if why is None}
+               for n, be in backends.items()}
+    report = verdicts.backend_report(results, spec, claimed, list(not_run))
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     scope = (f"dtypes {dtypes.replace(',', ', ')} only (a shorter run: float16 and bfloat16 were "
              f"not run)" if dtypes else "every dtype each backend claims")
     lines = [
         f"# Conformance matrix: {spec.name} {spec.version}", "",
-        f"Generated by `python -m mhaspec.conformance.matrix` (`nox -s matrix`) on {now}: the "
+        f"Generated by `mhaspec matrix` (`nox -s matrix`) on {now}: the "
         f"conformance suite, Hypothesis profile `{profile}`, {scope}, on {platform.machine()} "
         f"{platform.system()} with Python {platform.python_version()}. Devices without hardware "
         f"on this machine are reported unavailable and not shown.", "",
@@ -186,8 +167,11 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
         "behaviour is quoted), **not implemented** (the backend does not claim the capability "
         "the clause needs) or **fail**. A clause is as bad as its worst run over devices and "
         "dtypes.", ""]
-    lines += ["## Implementations", "", "| implementation | framework | version | ran on |",
-              "|---|---|---|---|"]
+    lines += ["## Implementations", "",
+              "Verdict as `mhaspec certify` gives it; test time: the seconds its tests took in "
+              "this run (setup, call and teardown, summed).", "",
+              "| implementation | framework | version | ran on | verdict | test time |",
+              "|---|---|---|---|---|---|"]
     for n in names:
         be = backends.get(n)
         fw = getattr(be, "framework", "?")
@@ -196,7 +180,8 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
         except Exception:  # noqa: BLE001 - a version is informative only
             ver = "?"
         ran = ", ".join(f"{d}/{t}" for d, t in sorted(combos[n])) or "-"
-        lines.append(f"| `{n}` | {fw} | {ver} | {ran} |")
+        verdict = report[n]["verdict"] if n in report else verdicts.NOT_CHECKED
+        lines.append(f"| `{n}` | {fw} | {ver} | {ran} | {verdict} | {seconds[n]:.1f} s |")
     lines += ["", "## Results by chapter", "",
               "| implementation | " + " | ".join(f"[{ch.id}](spec/index.md#{ch.id})"
                                                  for ch in chapters) + " |",
@@ -212,7 +197,7 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
     for (b, _), o in worst.items():
         counts[b][o] += 1
     lines += ["", "Clauses per outcome: " + "; ".join(
-        f"`{n}` " + ", ".join(f"{counts[n][o]} {o}" for o in SEVERITY if counts[n][o])
+        f"`{n}` " + ", ".join(f"{counts[n][o]} {o}" for o in verdicts.SEVERITY if counts[n][o])
         for n in names) + ".", ""]
     lines += _conventions_section([backends[n] for n in names if n in backends])
     lines += ["## Pairwise agreement", "",
@@ -236,7 +221,7 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mhaspec.conformance.matrix",
+    parser = argparse.ArgumentParser(prog="mhaspec matrix",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     parser.add_argument("--report", type=pathlib.Path, default=None,
@@ -255,14 +240,24 @@ def main(argv: list[str] | None = None) -> int:
             continue
         backends[be.name] = be
         refs.append(ref)
-    report = args.report
-    if report is None:
-        report = DEFAULT_REPORT
-        run_suite(report, refs, args.dtypes, args.profile,
-                  [a for a in extra if a != "--"])
-    results = json.loads(report.read_text(encoding="utf-8"))
+    not_run: list[dict] = []
+    if args.report is not None:
+        results = runner.load_results(args.report)
+    else:
+        suite = runner.suite_args(profile=args.profile, dtypes=args.dtypes, backends=refs,
+                                  extra=[a for a in extra if a != "--"])
+        print("running: pytest", " ".join(suite), flush=True)
+        try:
+            run = runner.run_in_process(suite, backends=list(backends.values()),
+                                        refs=dict(zip(backends, refs)), only=False)
+        except runner.RunError as exc:
+            print(f"mhaspec: error: {exc}", file=sys.stderr)
+            return 2
+        results, not_run = run.collector.results, run.collector.not_run()
+        DEFAULT_REPORT.parent.mkdir(parents=True, exist_ok=True)
+        DEFAULT_REPORT.write_text(json.dumps(results, indent=1), encoding="utf-8")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(results, backends, args.dtypes, args.profile), encoding="utf-8")
+    args.out.write_text(render(results, backends, args.dtypes, args.profile, not_run), encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 

@@ -1,6 +1,6 @@
 """Plot measured errors against the NUM-3 reference, per dtype (``docs/generated/tolerance.png``).
 
-    python -m mhaspec.conformance.tolerance_study [--cases N] [--backend NAME ...] [--device D] [--out PNG]
+    mhaspec tolerance-study [--cases N] [--backend NAME ...] [--device D] [--out PNG]
 
 For random cases (masks, causal, bias, logit spreads 0.1-100) every backend's scaled dot-product
 attention output is compared with the float64 oracle; each point is one case: x = the naive
@@ -15,10 +15,10 @@ import argparse
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
-from mhaspec.backends import load_backend
+from mhaspec.backends import load_backend, registered_backends
 
-from . import harness, tolerance
-from .strategies import case_specs
+from mhaspec.conformance import harness, tolerance
+from mhaspec.conformance.strategies import case_specs
 
 
 def measure(backends: list[str], cases: int, device: str = "cpu") -> dict:
@@ -41,11 +41,8 @@ def measure(backends: list[str], cases: int, device: str = "cpu") -> dict:
             impl = harness.Impl(backend, device, dtype)
             for spec in specs:
                 case = impl.case(spec, "sdpa")
-                got = impl.sdpa(case)
-                exp = harness.oracle_result(case, "sdpa")
-                naive = harness.naive_results(case, "sdpa", dtype)
-                v = tolerance.judge(got.out, exp.out, [n.out for n in naive], dtype=dtype,
-                                    scale=harness._scale(case, "sdpa", exp))
+                got = harness.run(impl, "sdpa", case)
+                (_, v), *_ = harness.check(impl, case, got, op="sdpa", clause="NUM-3")
                 points.setdefault((name, dtype), []).append((v.ref_error, v.error))
     return points
 
@@ -80,20 +77,22 @@ def plot(points: dict, out: str) -> None:
     fig.savefig(out, dpi=110)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="mhaspec tolerance-study", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=40)
-    ap.add_argument("--backend", action="append", default=None)
+    ap.add_argument("--backend", action="append", default=None,
+                    help="backend to measure (repeatable; default: every registered *-batched backend)")
     ap.add_argument("--device", default="cpu", help="device to run the backends on (cpu, cuda)")
     ap.add_argument("--out", default="docs/generated/tolerance.png")
     args = ap.parse_args(argv)
-    points = measure(args.backend or ["numpy-batched", "torch-batched", "jax-batched",
-                                      "tf-batched"], args.cases, args.device)
+    default = [n for n in sorted(registered_backends()) if n.endswith("-batched")]
+    points = measure(args.backend or default, args.cases, args.device)
     plot(points, args.out)
     for (name, dtype), pts in sorted(points.items()):
         ratios = [e / r if r > 0 else 0.0 for r, e in pts]
         print(f"{name:14} {dtype:9} cases {len(pts):4}  max e/e_ref {max(ratios):.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,390 @@
+"""The saved-failure format: one failing conformance case in a ``.npz`` file, for ``mhaspec replay``.
+
+Axis legend: B batch, h heads, L_q / L_k lengths, d_k / d_v per-head widths, d_model query width,
+k_dim / v_dim key / value widths, d_out output width.
+
+A failure file is a NumPy ``.npz`` (a zip of ``.npy`` members, written uncompressed) holding:
+
+* ``meta``: a 0-d unicode array with JSON: ``format`` (``mhaspec-replay/1``), ``spec_version``,
+  ``op`` ("sdpa" or "mha"), ``clause``, ``backend`` (the reference the run used; *informative only*:
+  a reader never imports it), ``device``, ``dtype``, ``spec`` (the :class:`CaseSpec` fields),
+  ``overrides`` (JSON-valued keyword overrides) and, optionally, ``aliases`` (input -> the input it is
+  the same array as, e.g. ``{"key": "query"}`` for self-attention);
+* the case's float64 arrays: SDPA ``q`` (B, h, L_q, d_k), ``k`` (B, h, L_k, d_k), ``v`` (B, h, L_k, d_v);
+  MHA ``query`` (B, L_q, d_model), ``key`` (B, L_k, k_dim), ``value`` (B, L_k, v_dim) and
+  ``param_w_q`` ... ``param_b_o``; optional ``mask`` and ``key_padding_mask`` (boolean), ``bias`` and
+  ``legacy_mask`` (float).
+
+:func:`read_case` treats the file as untrusted: it reads the zip end record, the zip directory and
+each ``.npy`` header (a few hundred bytes) first, and refuses the file -- before any array is
+decompressed or allocated -- when it has more members than a case can, a member is unknown or
+compressed more than :data:`MAX_COMPRESSION_RATIO` to 1, the metadata is malformed (unknown or
+missing fields, duplicate keys, wrong types, an unknown op, dtype or spec version), an array is not
+of its field's kind (complex, integer, structured and object arrays are refused, never cast), the
+shapes disagree with the recorded sizes, a header disagrees with the member's size, or the declared
+sizes -- or the results a check would compute (:func:`work_bytes`) -- exceed ``max_bytes``. Every
+refusal is a :class:`FailureFileError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from mhaspec.backends import ALL_DTYPES
+from mhaspec.spec import oracle
+
+from .strategies import Case, CaseSpec
+
+FORMAT = "mhaspec-replay/1"
+OPS = ("sdpa", "mha")
+#: Default cap on the declared (uncompressed) size of all members together, in bytes.
+DEFAULT_MAX_BYTES = 256 * 2**20
+#: Largest metadata member, in bytes (the JSON of one case is about 1 KB).
+MAX_META_BYTES = 64 * 2**10
+#: Largest ratio of declared to compressed size accepted for a deflated member (zip bombs).
+MAX_COMPRESSION_RATIO = 100
+INPUTS = ("q", "k", "v", "query", "key", "value")
+MASKS = ("mask", "bias", "legacy_mask", "key_padding_mask")
+PARAMS = tuple(f"param_{n}" for n in oracle.Params._fields)
+ARRAY_FIELDS = INPUTS + MASKS
+BOOLEAN_FIELDS = ("mask", "key_padding_mask")
+META_FIELDS = frozenset({"format", "spec_version", "op", "clause", "backend", "device", "dtype",
+                         "spec", "overrides"})
+OPTIONAL_META_FIELDS = frozenset({"aliases"})
+#: Most members a failure file may have (meta, six inputs, four masks, eight parameters).
+MAX_MEMBERS = 19
+
+
+class FailureFileError(ValueError):
+    """A failure file that cannot be used: unreadable, malformed, too large or of another spec."""
+
+
+def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
+              overrides: dict) -> pathlib.Path:
+    """Write ``case`` to ``path`` (.npz) and return the path.
+
+    ``impl`` needs ``device`` and ``dtype`` (the parametrization that failed); ``backend_ref`` is
+    recorded for people (replay never imports it); ``overrides`` are recorded when their values are
+    JSON scalars (``causal``, ``scale``, ``num_kv_heads``, a mask cleared with None), not otherwise.
+    Inputs that are one array in ``case`` (self-attention, shared key and value) are stored once.
+    """
+    from mhaspec.spec import SPEC_VERSION
+
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, np.ndarray] = {}
+    aliases: dict[str, str] = {}
+    for field in ARRAY_FIELDS:
+        x = getattr(case, field)
+        if x is None:
+            continue
+        earlier = INPUTS[:INPUTS.index(field)] if field in INPUTS else ()
+        same = next((f for f in earlier if getattr(case, f) is x and f in arrays), None)
+        if same is not None:
+            aliases[field] = same
+        else:
+            arrays[field] = np.asarray(x)
+    arrays.update({f"param_{n}": np.asarray(p) for n, p in case.params._asdict().items()
+                   if p is not None})
+    meta = {"format": FORMAT, "spec_version": SPEC_VERSION, "op": op, "clause": clause,
+            "backend": backend_ref, "device": impl.device, "dtype": impl.dtype,
+            "spec": case.spec._asdict(), "aliases": aliases,
+            "overrides": {k: v for k, v in overrides.items()
+                          if v is None or isinstance(v, (bool, int, float, str))}}
+    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+    return path
+
+
+def read_case(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[dict, Case]:
+    """Read a failure file: returns ``(meta, case)`` or raises :class:`FailureFileError`.
+
+    Sizes are checked from the zip directory and the ``.npy`` headers before anything is
+    decompressed: the declared sizes of all members together must stay within ``max_bytes``."""
+    path = pathlib.Path(path)
+    if path.suffix != ".npz":
+        raise FailureFileError(f"{path}: a failure file is a .npz archive, not "
+                               f"{path.suffix or 'a file without suffix'}")
+    try:
+        size = os.stat(path).st_size
+        if not path.is_file():
+            raise FailureFileError(f"{path} is not a file")
+        if size == 0:
+            raise FailureFileError(f"cannot read replay file {path}: it is empty")
+        if size > max_bytes:
+            raise FailureFileError(f"{path} is {size} bytes, over the limit of {max_bytes} "
+                                   f"(raise it with --max-bytes)")
+        _check_end_record(path, size)
+        with zipfile.ZipFile(path) as archive:
+            headers = _check_directory(path, archive, max_bytes)
+            meta = _read_meta(path, archive)
+            spec = _case_spec(path, meta["spec"])
+            _check_headers(path, archive, headers, spec, meta, max_bytes)
+            arrays = {name: _read_array(archive, name) for name in headers if name != "meta"}
+    except FailureFileError:
+        raise
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, RuntimeError, NotImplementedError) as exc:
+        raise FailureFileError(f"cannot read replay file {path}: {_one_line(exc)}") from None
+    return meta, _case(spec, arrays, meta.get("aliases", {}))
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _check_end_record(path, size: int) -> None:
+    """Read the zip's end record (the file's last bytes) and refuse, before the directory is
+    parsed, more than :data:`MAX_MEMBERS` members or a directory over 64 KiB."""
+    with open(path, "rb") as f:
+        f.seek(max(0, size - (22 + 65535)))
+        tail = f.read()
+    at = len(tail)
+    while (at := tail.rfind(b"PK\x05\x06", 0, at)) >= 0:
+        if at + 22 + int.from_bytes(tail[at + 20:at + 22], "little") == len(tail):
+            break
+    if at < 0:
+        raise FailureFileError(f"cannot read replay file {path}: not a zip archive (no end record)")
+    entries = int.from_bytes(tail[at + 10:at + 12], "little")
+    directory = int.from_bytes(tail[at + 12:at + 16], "little")
+    if entries > MAX_MEMBERS or directory > 65536:
+        raise FailureFileError(f"{path}: its zip directory declares {entries} members in "
+                               f"{directory} bytes (at most {MAX_MEMBERS} members): refused")
+
+
+def _check_directory(path, archive: zipfile.ZipFile, max_bytes: int) -> dict[str, zipfile.ZipInfo]:
+    """Member name (without ``.npy``) -> its zip entry, after the directory-level checks."""
+    known = {"meta", *ARRAY_FIELDS, *PARAMS}
+    members: dict[str, zipfile.ZipInfo] = {}
+    total = 0
+    for info in archive.infolist():
+        name = info.filename[:-4] if info.filename.endswith(".npy") else None
+        if name not in known or name in members:
+            raise FailureFileError(f"{path}: unexpected member {info.filename!r} "
+                                   f"(known: meta and {', '.join(ARRAY_FIELDS + PARAMS)})")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise FailureFileError(f"{path}: member {info.filename!r} uses an unsupported "
+                                   f"compression method ({info.compress_type})")
+        if (info.compress_type == zipfile.ZIP_DEFLATED
+                and info.file_size > MAX_COMPRESSION_RATIO * max(info.compress_size, 1024)):
+            raise FailureFileError(f"{path}: member {info.filename!r} declares {info.file_size} bytes "
+                                   f"from {info.compress_size} compressed (ratio over "
+                                   f"{MAX_COMPRESSION_RATIO}): refused")
+        total += info.file_size
+        if total > max_bytes:
+            raise FailureFileError(f"{path}: its members declare more than {max_bytes} bytes "
+                                   f"uncompressed (raise the limit with --max-bytes)")
+        members[name] = info
+    if "meta" not in members:
+        raise FailureFileError(f"{path} is not an mhaspec replay file (no meta member)")
+    if members["meta"].file_size > MAX_META_BYTES:
+        raise FailureFileError(f"{path}: metadata of {members['meta'].file_size} bytes "
+                               f"(limit {MAX_META_BYTES})")
+    return members
+
+
+def _npy_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple, bool, np.dtype, int]:
+    """(shape, fortran_order, dtype, header length) of one ``.npy`` member, reading only its header."""
+    with archive.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise FailureFileError(f"member {info.filename!r}: .npy format version {version} "
+                                   "is not supported")
+        return shape, fortran, dtype, f.tell()
+
+
+def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo],
+                   spec: CaseSpec, meta: dict, max_bytes: int) -> None:
+    """Each array member: of its field's kind, of the shape ``spec`` gives, its declared size
+    equal to what its header says; the arrays the operation needs present."""
+    kv_heads = meta["overrides"].get("num_kv_heads")
+    if kv_heads is not None and (meta["op"] != "mha" or spec.heads % kv_heads):
+        raise FailureFileError(f"{path}: num_kv_heads = {kv_heads} needs op 'mha' and must divide "
+                               f"heads = {spec.heads}")
+    expected = expected_shapes(spec, kv_heads=kv_heads)
+    aliases = meta.get("aliases", {})
+    needed = ("q", "k", "v") if meta["op"] == "sdpa" else (
+        "query", "key", "value", "param_w_q", "param_w_k", "param_w_v", "param_w_o")
+    needed += tuple(f for f, on in (("mask", spec.mask_shape is not None),
+                                    ("bias", spec.bias_shape is not None),
+                                    ("legacy_mask", spec.legacy_shape is not None),
+                                    ("key_padding_mask", spec.key_padding)) if on)
+    missing = [f for f in needed if f not in members and f not in aliases]
+    if missing:
+        raise FailureFileError(f"{path}: op {meta['op']!r} with these options needs arrays "
+                               f"{', '.join(missing)}, which the file lacks")
+    for field in MASKS:
+        if field in members and field not in needed:
+            raise FailureFileError(f"{path}: array {field!r} present but the recorded case has none")
+    for field, same in aliases.items():
+        if field in members or same not in members or expected[field] != expected[same]:
+            raise FailureFileError(f"{path}: alias {field!r} -> {same!r} does not fit the case")
+    for name, info in members.items():
+        if name == "meta":
+            continue
+        shape, _, dtype, header = _npy_header(archive, info)
+        if name in BOOLEAN_FIELDS:
+            if dtype.kind != "b":
+                raise FailureFileError(f"{path}: array {name!r} must be boolean, is {dtype}")
+        elif dtype.kind != "f" or dtype.itemsize > 8:
+            raise FailureFileError(f"{path}: array {name!r} must be float16/32/64, is {dtype} "
+                                   f"(refused, not cast)")
+        if shape != expected[name]:
+            raise FailureFileError(f"{path}: array {name!r} has shape {shape}, the recorded case "
+                                   f"gives {expected[name]}")
+        if header + math.prod(shape) * dtype.itemsize != info.file_size:
+            raise FailureFileError(f"{path}: member {info.filename!r} declares {info.file_size} "
+                                   f"bytes, its header {header + math.prod(shape) * dtype.itemsize}")
+    work = work_bytes(spec)
+    if work > max_bytes:
+        raise FailureFileError(f"{path}: the case's results and intermediates (weights "
+                               f"(B, h, L_q, L_k) = {(spec.batch, spec.heads, spec.len_q, spec.len_k)}) "
+                               f"would take {work} bytes, over the limit of {max_bytes} (raise it "
+                               f"with --max-bytes)")
+
+
+def work_bytes(spec: CaseSpec) -> int:
+    """Bytes of the float64 arrays one check of ``spec`` computes that the file does not hold: the
+    weights (B, h, L_q, L_k), the per-head output (B, h, L_q, d_v), the projections (B, L_q, h*d_k),
+    (B, L_k, h*d_k), (B, L_k, h*d_v) and the output (B, L_q, d_out)."""
+    b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
+    return 8 * (b * h * lq * lk + b * h * lq * spec.d_v + b * lq * h * spec.d_k
+                + b * lk * h * (spec.d_k + spec.d_v) + b * lq * spec.d_out)
+
+
+def expected_shapes(spec: CaseSpec, *, kv_heads: int | None = None) -> dict[str, tuple[int, ...] | None]:
+    """Field -> the shape its array has in the case ``spec`` describes (computed, nothing allocated);
+    with ``kv_heads`` = g (grouped-query attention, MHA-6) the key and value projections have g
+    heads."""
+    b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
+    g = kv_heads or h
+    d_in_k = spec.d_model if spec.self_attention else spec.k_dim
+    d_in_v = spec.d_model if spec.self_attention else spec.v_dim
+    return {
+        "q": (b, h, lq, spec.d_k), "k": (b, h, lk, spec.d_k), "v": (b, h, lk, spec.d_v),
+        "query": (b, lq, spec.d_model), "key": (b, lk, spec.k_dim), "value": (b, lk, spec.v_dim),
+        "mask": spec.mask_shape, "bias": spec.bias_shape, "legacy_mask": spec.legacy_shape,
+        "key_padding_mask": (b, lk) if spec.key_padding else None,
+        "param_w_q": (spec.d_model, h * spec.d_k), "param_w_k": (d_in_k, g * spec.d_k),
+        "param_w_v": (d_in_v, g * spec.d_v), "param_w_o": (h * spec.d_v, spec.d_out),
+        "param_b_q": (h * spec.d_k,), "param_b_k": (g * spec.d_k,), "param_b_v": (g * spec.d_v,),
+        "param_b_o": (spec.d_out,)}
+
+
+def _read_meta(path, archive: zipfile.ZipFile) -> dict:
+    """The ``meta`` member, checked field by field."""
+    shape, _, dtype, _ = _npy_header(archive, archive.getinfo("meta.npy"))
+    if shape != () or dtype.kind != "U":
+        raise FailureFileError(f"{path}: meta must be a 0-d unicode array, is {dtype} {shape}")
+    try:
+        meta = json.loads(str(_read_array(archive, "meta")), object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise FailureFileError(f"{path}: metadata is not JSON: {_one_line(exc)}") from None
+    if not isinstance(meta, dict):
+        raise FailureFileError(f"{path}: metadata must be a JSON object")
+    if meta.get("format") != FORMAT:
+        raise FailureFileError(f"{path} is not an mhaspec replay file (format {meta.get('format')!r})")
+    unknown = sorted(set(meta) - META_FIELDS - OPTIONAL_META_FIELDS)
+    missing = sorted(META_FIELDS - set(meta))
+    if unknown or missing:
+        raise FailureFileError(f"{path}: metadata fields unknown {unknown}, missing {missing}")
+    from mhaspec.spec import SPEC_VERSION
+
+    if meta["spec_version"] != SPEC_VERSION:
+        raise FailureFileError(f"{path} was written for spec {meta['spec_version']!r}, this is spec "
+                               f"{SPEC_VERSION}: replay it with the matching mhaspec release")
+    for field in ("op", "clause", "backend", "device", "dtype"):
+        if not isinstance(meta[field], str):
+            raise FailureFileError(f"{path}: metadata {field!r} must be a string")
+    if meta["op"] not in OPS:
+        raise FailureFileError(f"{path}: unknown op {meta['op']!r} (known: {', '.join(OPS)})")
+    if meta["dtype"] not in ALL_DTYPES:
+        raise FailureFileError(f"{path}: unknown dtype {meta['dtype']!r} "
+                               f"(known: {', '.join(ALL_DTYPES)})")
+    if not isinstance(meta["spec"], dict):
+        raise FailureFileError(f"{path}: metadata 'spec' must be an object")
+    overrides = meta["overrides"]
+    if not isinstance(overrides, dict) or any(
+            k not in OVERRIDE_CHECKS or not OVERRIDE_CHECKS[k](v) for k, v in overrides.items()):
+        raise FailureFileError(f"{path}: metadata 'overrides' may set only {', '.join(OVERRIDE_CHECKS)} "
+                               f"(causal to an alignment or null, scale to a number or null, "
+                               f"num_kv_heads to a count, masks to null), got {overrides!r:.200}")
+    aliases = meta.get("aliases", {})
+    if not isinstance(aliases, dict) or any(
+            k not in INPUTS or v not in INPUTS or INPUTS.index(v) >= INPUTS.index(k)
+            or v in aliases for k, v in aliases.items()):
+        raise FailureFileError(f"{path}: metadata 'aliases' must map an input to an earlier one")
+    return meta
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise FailureFileError(f"metadata has the key {dup!r} twice")
+    return dict(pairs)
+
+
+def _is_int(x, low: int = 1) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and low <= x < 2**31
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_shape(x) -> bool:
+    return x is None or (isinstance(x, list) and 1 <= len(x) <= 4 and all(_is_int(n) for n in x))
+
+
+#: CaseSpec field -> the check its recorded JSON value must pass
+SPEC_FIELD_CHECKS = {
+    **{f: _is_int for f in ("batch", "heads", "len_q", "len_k", "d_k", "d_v", "d_model", "k_dim",
+                            "v_dim", "d_out")},
+    **{f: (lambda x: isinstance(x, bool)) for f in ("self_attention", "use_bias",
+                                                     "fully_masked_rows", "key_padding")},
+    **{f: _is_shape for f in ("mask_shape", "bias_shape", "legacy_shape")},
+    "mask_density": _is_number, "logit_scale": _is_number,
+    "scale": lambda x: x is None or _is_number(x),
+    "causal": lambda x: x is None or x in oracle.CAUSAL_ALIGNMENTS,
+    "seed": lambda x: _is_int(x, low=0),
+    "extreme": lambda x: x is None or (isinstance(x, str) and len(x) <= 100),
+}
+
+
+#: keyword override a saved case may carry -> the check its value must pass
+OVERRIDE_CHECKS = {"causal": SPEC_FIELD_CHECKS["causal"], "scale": SPEC_FIELD_CHECKS["scale"],
+                   "num_kv_heads": _is_int, **{f: (lambda x: x is None) for f in MASKS}}
+
+
+def _case_spec(path, recorded: dict) -> CaseSpec:
+    unknown = sorted(set(recorded) - set(CaseSpec._fields))
+    if unknown:
+        raise FailureFileError(f"{path}: metadata 'spec' has unknown fields {unknown}")
+    bad = sorted(k for k, v in recorded.items() if not SPEC_FIELD_CHECKS[k](v))
+    if bad:
+        raise FailureFileError(f"{path}: metadata 'spec' has invalid values for {bad}: "
+                               + ", ".join(f"{k}={recorded[k]!r:.40}" for k in bad))
+    return CaseSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()})
+
+
+def _read_array(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    with archive.open(f"{name}.npy") as f:
+        return np.lib.format.read_array(f, allow_pickle=False)
+
+
+def _case(spec: CaseSpec, arrays: dict[str, np.ndarray], aliases: dict[str, str]) -> Case:
+    for field, same in aliases.items():
+        arrays[field] = arrays[same]
+    params = oracle.Params(**{n: arrays.get(f"param_{n}") for n in oracle.Params._fields})
+    return Case(spec, params=params, **{f: arrays.get(f) for f in ARRAY_FIELDS})

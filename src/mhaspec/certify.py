@@ -1,0 +1,152 @@
+"""``mhaspec certify``: run the conformance suite on one backend and write its certificate.
+
+The certificate records what RAN, not what was asked for: the exact pytest arguments, the
+selection (``-k``, ``-m``, ``--deselect``, ``--mhaspec-dtypes``) and the items of claimed cells
+that did not run, the Hypothesis settings the run used (profile, seed, max_examples, derandomize,
+phases) and the per-call time limit. The verdict comes from
+:func:`mhaspec.conformance.verdicts.overall_verdict`, computed once: a claimed device x dtype cell
+whose testable clauses did not all run makes it "incomplete".
+
+Every file written stays inside ``--output-dir``: the backend's name is reduced to a safe file name
+(:func:`file_stem`; the real name stays inside the certificate), and the outputs are checked
+before the suite runs (a usage error, exit status 2, when the directory is a file or read-only or
+a target path is a directory). The suite runs in-process through :mod:`mhaspec.runner`, isolated
+from the caller's pytest configuration, with the backend loaded once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import platform
+import random
+import re
+import time
+
+from mhaspec import __version__, certificate, runner
+from mhaspec.usage import UsageError, load_backend, printable, writable_dir, writable_file
+
+DEFAULT_PROFILE = "certify"
+
+
+def file_stem(name: str) -> str:
+    """A file name for backend ``name``: letters, digits, ``_``, ``-`` and single inner dots only,
+    its last 100 characters (``../../x`` -> ``x``, ``/abs/x`` -> ``abs_x``)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    stem = re.sub(r"\.{2,}", "_", stem).strip("._-")[-100:].strip("._-")
+    return stem or "backend"
+
+
+def output_paths(out_dir, name: str) -> dict[str, pathlib.Path]:
+    """The certificate JSON, its Markdown and the failures folder of backend ``name``, checked to
+    lie inside ``out_dir`` and to be writable (:class:`UsageError` otherwise)."""
+    out_dir = writable_dir(out_dir)
+    stem = file_stem(name)
+    paths = {"json": out_dir / f"{stem}.json", "markdown": out_dir / f"{stem}.md",
+             "failures": out_dir / f"{stem}-failures"}
+    root = out_dir.resolve()
+    for path in paths.values():
+        if path.resolve().parent != root:
+            raise UsageError(f"output {printable(path)} would leave {printable(out_dir)}")
+    writable_file(paths["json"])
+    writable_file(paths["markdown"])
+    if paths["failures"].exists() and not paths["failures"].is_dir():
+        raise UsageError(f"failures folder {printable(paths['failures'])} is a file")
+    return paths
+
+
+def device_name(backend, device: str) -> str:
+    """A readable name of ``device`` (the CPU model, or the GPU's name where the framework says)."""
+    if device == "cpu":
+        return platform.processor() or platform.machine()
+    try:
+        if backend.framework == "torch":
+            import torch
+
+            return torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a name is informative only
+        pass
+    return device
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
+            output_dir="certificates", pytest_args: list[str] = (),
+            call_timeout: float | None = None) -> int:
+    """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise)."""
+    from mhaspec.conformance import verdicts
+    from mhaspec.spec import load as load_spec
+
+    backend = load_backend(ref)
+    paths = output_paths(output_dir, backend.name)
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
+    spec = load_spec()
+    args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
+                             call_timeout=call_timeout, extra=pytest_args)
+    print(f"mhaspec certify: {printable(backend.name)} against spec {spec.version}, profile "
+          f"{profile}, seed {seed}", flush=True)
+    started = time.monotonic()
+    try:
+        run = runner.run_in_process(args, backends=[backend], refs={backend.name: ref})
+    except runner.RunError as exc:
+        raise UsageError(str(exc)) from None
+    seconds = time.monotonic() - started
+    collector = run.collector
+    results = [r for r in collector.results if r["backend"] == backend.name]
+    not_run = [r for r in collector.not_run() if r["backend"] == backend.name]
+    claimed = collector.claimed()[backend.name]
+    clauses = verdicts.clause_verdicts(results, spec, claimed, not_run)
+    verdict, counts = verdicts.overall_verdict(clauses), verdicts.count_verdicts(clauses)
+    devices = backend.devices()
+    hyp = collector.hypothesis
+    body = {
+        "schema": certificate.SCHEMA_ID,
+        "spec": {"name": spec.name, "version": spec.version},
+        "suite": {"version": __version__, "git_commit": certificate.git_commit()},
+        "backend": {"ref": ref, "name": backend.name, "framework": backend.framework,
+                    "framework_version": str(backend.framework_version()),
+                    "protocol_version": int(getattr(backend, "protocol_version", 1)),
+                    "capabilities": sorted(backend.capabilities),
+                    "deviations": dict(sorted(backend.deviations.items()))},
+        "environment": {
+            "python": platform.python_version(), "platform": platform.platform(),
+            "devices": {d: {"name": device_name(backend, d), "dtypes": claimed[d],
+                            "precision_flags": {k: str(v) for k, v in
+                                                backend.precision_flags(d).items()}}
+                        for d in claimed},
+            "unavailable_devices": {d: why for d, why in devices.items() if why is not None}},
+        "hypothesis": {"profile": hyp["profile"], "seed": _int_or_none(hyp.get("seed")),
+                       "max_examples": hyp["max_examples"], "derandomize": hyp["derandomize"],
+                       "phases": hyp["phases"],
+                       "backend_calls": sum(r.get("calls", 0) for r in results),
+                       "examples": sum(r.get("examples", 0) for r in results)},
+        "run": {"pytest_args": list(run.args), "pytest_exit_status": run.exit_code,
+                "selection": collector.selection,
+                "call_timeout_s": collector.call_timeout,
+                "tests_run": len(results), "tests_not_run": len(not_run),
+                "seconds": round(seconds, 1)},
+        "issued": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "clauses": clauses,
+        "summary": {"verdict": verdict, "counts": counts},
+    }
+    cert = certificate.seal(body)
+    certificate.verify(cert)
+    paths["json"].write_text(json.dumps(cert, indent=1, sort_keys=True) + "\n", "utf-8")
+    paths["markdown"].write_text(certificate.to_markdown(cert), "utf-8")
+    print(f"mhaspec certify: {printable(backend.name)} {verdict} "
+          f"({', '.join(f'{v} {k}' for k, v in counts.items())}); {len(results)} tests run, "
+          f"{len(not_run)} not run, {seconds:.1f} s; certificate {paths['json']}")
+    return 0 if verdict == verdicts.CONFORMS else 1
+
+
+def cmd_certify(args) -> int:
+    """``mhaspec certify`` with its parsed arguments."""
+    return certify(args.backend, profile=args.profile, seed=args.seed, output_dir=args.output_dir,
+                   pytest_args=list(args.pytest_args), call_timeout=args.call_timeout)

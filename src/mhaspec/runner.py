@@ -1,0 +1,173 @@
+"""Run the conformance suite: the one place that builds the pytest command and loads its results.
+
+Every command and report that runs the suite goes through here: ``mhaspec certify`` in-process
+(:func:`run_in_process`), ``mhaspec matrix``, ``mhaspec soak`` and the project's own tests in a
+subprocess (:func:`command`, :func:`run_subprocess`, :func:`load_results`).
+
+An in-process run is isolated from its caller: pytest is given an empty ini file in a temporary
+directory (``-c``) and that directory as ``--rootdir``, so ``pytest.ini`` / ``tox.ini`` /
+``setup.cfg`` / ``pyproject.toml`` in the current directory add nothing; ``PYTEST_ADDOPTS`` is
+dropped for the run; the cache provider is off; Hypothesis keeps its files in the temporary
+directory (no ``.hypothesis/`` in the current directory). The backends are handed over already
+loaded (the plugin's ``PROVIDER``), and the results are read from the plugin's collector object,
+with no report file in between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+from typing import Iterable, NamedTuple
+
+import pytest
+
+#: Arguments every run of the suite starts with.
+BASE_ARGS = ("--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider", "-p", "no:randomly",
+             "-q", "--no-header")
+
+
+def suite_args(*, backends: Iterable[str] = (), profile: str | None = None, dtypes: str | None = None,
+               seed: int | None = None, examples: int | None = None, shapes: str | None = None,
+               report: str | os.PathLike | None = None, failures: str | os.PathLike | None = None,
+               call_timeout: float | None = None, extra: Iterable[str] = ()) -> list[str]:
+    """The pytest arguments of one run of the conformance suite (``--backend`` per reference;
+    None leaves an option at the plugin's default; ``extra`` goes last)."""
+    args = list(BASE_ARGS)
+    for ref in backends:
+        args += ["--backend", ref]
+    options = [("--mhaspec-profile", profile), ("--mhaspec-dtypes", dtypes),
+               ("--mhaspec-examples", examples), ("--mhaspec-shapes", shapes),
+               ("--mhaspec-report", report), ("--mhaspec-failures", failures),
+               ("--mhaspec-call-timeout", call_timeout)]
+    args += [a for name, value in options if value is not None for a in (name, str(value))]
+    if seed is not None:
+        args.append(f"--hypothesis-seed={seed}")
+    return args + list(extra)
+
+
+def command(args: Iterable[str]) -> list[str]:
+    """The subprocess command line running pytest with ``args`` in this interpreter."""
+    return [sys.executable, "-m", "pytest", *args]
+
+
+def load_results(report: str | os.PathLike) -> list[dict]:
+    """The results a run wrote with ``--mhaspec-report`` ([] when it wrote none)."""
+    path = pathlib.Path(report)
+    return json.loads(path.read_text("utf-8")) if path.exists() else []
+
+
+class SubprocessRun(NamedTuple):
+    returncode: int
+    results: list[dict]
+    stdout: str
+    stderr: str
+
+
+def run_subprocess(args: list[str], *, cwd=None, env: dict | None = None, timeout: float | None = None,
+                   capture: bool = True) -> SubprocessRun:
+    """Run the suite with ``args`` (from :func:`suite_args`, without ``--mhaspec-report``) in a
+    subprocess and load its results (written to a temporary report)."""
+    with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
+        report = pathlib.Path(tmp) / "results.json"
+        cmd = command([*args, "--mhaspec-report", str(report)])
+        if not capture:
+            print("running:", " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, text=True,
+                              capture_output=capture)
+        return SubprocessRun(proc.returncode, load_results(report), proc.stdout or "",
+                             proc.stderr or "")
+
+
+class RunError(Exception):
+    """An in-process run that could not start or selected what it must not (one line)."""
+
+
+class _Provider:
+    """The plugin object of an in-process run (registered under the plugin's ``PROVIDER`` name):
+    hands the plugin the loaded backends, refuses any other backend the arguments select, and
+    keeps the run's collector."""
+
+    def __init__(self, name: str, backends: list, refs: dict[str, str], only: bool) -> None:
+        self.__name__ = name  # pytest registers a plugin object under its __name__
+        self.backends, self.refs, self.only = backends, refs, only
+        self.collector = None
+
+    @pytest.hookimpl(trylast=True)  # after the mhaspec plugin has set up its stash
+    def pytest_configure(self, config) -> None:
+        from mhaspec.conformance import plugin
+
+        self.collector = config.stash[plugin.COLLECTOR_KEY]
+        mine = {b.name for b in self.backends}
+        others = sorted({b.name for b in config.stash[plugin.BACKENDS_KEY]} - mine)
+        if self.only and others:
+            raise pytest.UsageError(
+                f"the run selects other backends besides {', '.join(sorted(mine))}: "
+                f"{', '.join(others)} (remove --backend/--framework from the pytest arguments)")
+
+
+class InProcessRun(NamedTuple):
+    """What an in-process run found. ``args``: the exact pytest arguments; ``collector``: the
+    plugin's :class:`~mhaspec.conformance.plugin.Collector` (results, not-run records, seconds
+    per backend, Hypothesis settings as run)."""
+
+    exit_code: int
+    args: list[str]
+    collector: object
+
+
+def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | None = None,
+                   only: bool = True) -> InProcessRun:
+    """Run pytest with ``args`` in this process, isolated from the caller (module docstring), on
+    the already loaded ``backends`` (``refs``: name -> reference, for reproducers).
+
+    ``only``: refuse a run whose arguments select any other backend. Raises :class:`RunError`
+    when pytest reports a usage error or no result could be collected."""
+    from hypothesis import configuration
+
+    from mhaspec.conformance import plugin
+
+    provider = _Provider(plugin.PROVIDER, list(backends), refs or {}, only)
+    with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
+        ini = pathlib.Path(tmp) / "pytest.ini"
+        ini.write_text("[pytest]\n", "utf-8")
+        full = [*args, "-c", str(ini), "--rootdir", tmp]
+        hypothesis_home = pathlib.Path(tmp) / "hypothesis"
+        errors = io.StringIO()
+        with _environment(PYTEST_ADDOPTS=None, HYPOTHESIS_STORAGE_DIRECTORY=str(hypothesis_home)):
+            configuration.set_hypothesis_home_dir(hypothesis_home)
+            try:
+                with contextlib.redirect_stderr(errors):
+                    code = int(pytest.main(full, plugins=[provider]))
+            finally:
+                configuration.set_hypothesis_home_dir(None)
+    if code == int(pytest.ExitCode.USAGE_ERROR) or provider.collector is None:
+        message = " ".join(line.removeprefix("ERROR:").strip() for line in
+                           errors.getvalue().splitlines() if line.strip()) or f"pytest exit status {code}"
+        raise RunError(f"the conformance run did not start: {message}")
+    sys.stderr.write(errors.getvalue())
+    return InProcessRun(code, full, provider.collector)
+
+
+@contextlib.contextmanager
+def _environment(**changes: str | None):
+    """Environment variables set (None: removed) for the duration of the block."""
+    saved = {k: os.environ.get(k) for k in changes}
+    try:
+        for k, v in changes.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
