@@ -32,7 +32,7 @@ Observed with onnxruntime 1.32.0 (opset 24, CPU); see ``docs/ort.md`` for reprod
   logit errors ~3e-8 relative (float32 accuracy); with ``scale`` 0.25 or 1 the result agrees with
   the float64 oracle to 2e-16. float64 is not claimed (declared against NUM-1);
 * a NaN or inf key behind a boolean mask leaks into every row (MASK-13);
-* ``L_q = 0`` or ``L_k = 0`` is rejected by the kernel's parameter check (SHAPE-4);
+* ``B = 0``, ``L_q = 0`` or ``L_k = 0`` is rejected by the kernel's parameter checks (SHAPE-4);
 * a fully masked row gives output 0 and weights 0, as MASK-9 asks.
 """
 
@@ -164,8 +164,8 @@ class OrtAttention(NativeMixin, NumpyBackend):
                  "1/sqrt(d_k)), so float64 is not claimed",
         "MASK-13": "a NaN or inf key behind a boolean attn_mask leaks into every row (the mask is "
                    "applied as -inf added to the logits, and NaN + -inf is NaN)",
-        "SHAPE-4": "L_q = 0 or L_k = 0 is rejected (attention_parameters.h checkParameters: "
-                   "'Q sequence length must be greater than 0', likewise for KV)",
+        "SHAPE-4": "B = 0, L_q = 0 or L_k = 0 is rejected by the kernel's parameter checks "
+                   "("Batch size | Q sequence length | KV sequence length must be greater than 0")",
     }
     conventions = {"causal-alignment": (
         "MASK-7", "is_causal=1 is top-left without a KV cache; bottom-right with L_q != L_k goes "
