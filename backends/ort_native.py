@@ -165,7 +165,8 @@ class OrtAttention(NativeMixin, NumpyBackend):
         "MASK-13": "a NaN or inf key behind a boolean attn_mask leaks into every row (the mask is "
                    "applied as -inf added to the logits, and NaN + -inf is NaN)",
         "SHAPE-4": "B = 0, L_q = 0 or L_k = 0 is rejected by the kernel's parameter checks "
-                   "("Batch size | Q sequence length | KV sequence length must be greater than 0")",
+                   "('Batch size', 'Q sequence length', 'KV sequence length must be greater "
+                   "than 0')",
     }
     conventions = {"causal-alignment": (
         "MASK-7", "is_causal=1 is top-left without a KV cache; bottom-right with L_q != L_k goes "
