@@ -1,0 +1,233 @@
+"""Adapter for ONNX's ``Attention`` operator (opset 24, default domain) run by ONNX Runtime's
+``CPUExecutionProvider``: ``ort-attention``.
+
+Axis legend: B batch, L_q / L_k lengths, h query heads, g key/value heads, d_model query width,
+k_dim / v_dim key / value widths, d_k / d_v per-head widths, d_out output width.
+
+Inputs are validated with :mod:`._validate` (through :class:`~.np_backend.NumpyBackend`'s entry
+points) before anything reaches ONNX Runtime; arrays are NumPy arrays throughout. Each call runs one
+``Attention`` node, built once per (input shapes, dtype, flags) and kept in a bounded cache of
+``InferenceSession`` objects (:class:`SessionCache`). The mapping:
+
+* ``Q``, ``K``, ``V`` 4-D ``(B, heads, L, d)``: the spec's layout as it is; ``d_v != d_k`` is allowed;
+* ``scale``: the default ``1/sqrt(d_k)`` leaves the attribute out (the op's own default); another
+  scale is the float attribute ``scale`` (a float32 by the ONNX format);
+* boolean masks (``mask``, ``key_padding_mask`` as ``[:, None, None, :]``, bottom-right causal) are
+  ANDed into a boolean ``attn_mask`` whose polarity is the spec's (True = may attend), broadcast to
+  ``(B, h, L_q, L_k)``;
+* ``bias`` and ``legacy_mask * -1e9`` are added in the inputs' dtype and passed as a float
+  ``attn_mask``; with boolean masks as well it is ``where(allowed, bias, -inf)``;
+* causal top-left, and bottom-right when ``L_q == L_k``, use ``is_causal=1``, which is top-left
+  without a KV cache; bottom-right with ``L_q != L_k`` is an explicit boolean mask (MASK-7);
+* weights (SDPA-4): the optional fourth output ``qk_matmul_output`` with
+  ``qk_matmul_output_mode=3`` (after the softmax), ``(B, h, L_q, L_k)``;
+* multi-head attention: the spec's projections in NumPy (batched, MHA-2) around the node; with
+  ``num_kv_heads`` g, ``K`` and ``V`` have g heads and the op maps query head i to key/value head
+  ``i // (h / g)`` (MHA-6).
+
+Observed with onnxruntime 1.32.0 (opset 24, CPU); see ``docs/ort.md`` for reproductions:
+
+* float64: the op takes ``sqrt(scale)`` in float32 and multiplies Q and K by it, so any scale whose
+  square root is not a float32 number (the default ``1/sqrt(d_k)`` for most d_k, 0.5, 0.3) gives
+  logit errors ~3e-8 relative (float32 accuracy); with ``scale`` 0.25 or 1 the result agrees with
+  the float64 oracle to 2e-16. float64 is not claimed (declared against NUM-1);
+* a NaN or inf key behind a boolean mask leaks into every row (MASK-13);
+* ``B = 0``, ``L_q = 0`` or ``L_k = 0`` is rejected by the kernel's parameter checks (SHAPE-4);
+* a fully masked row gives output 0 and weights 0, as MASK-9 asks.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.util
+
+import numpy as np
+
+from ._generic import MaskArgs
+from ._native_common import NativeMixin, is_default_scale
+from .np_backend import NumpyBackend
+
+INSTALL_HINT = "pip install 'mhaspec[onnx]'"
+OPSET = 24
+#: qk_matmul_output_mode 3: the fourth output holds the softmax, the spec's weights (SDPA-4)
+WEIGHTS_MODE = 3
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[module] is None (import blocked)
+        return False
+
+
+for _module in ("onnxruntime", "onnx"):
+    if not _installed(_module):
+        raise ImportError(f"{_module} not installed: {INSTALL_HINT}")
+
+
+@functools.cache
+def _ort():
+    import onnxruntime
+
+    return onnxruntime
+
+
+@functools.cache
+def _onnx():
+    import onnx
+
+    return onnx
+
+
+class SessionCache:
+    """At most ``maxsize`` ``InferenceSession`` objects, least recently used dropped first."""
+
+    def __init__(self, maxsize: int = 64):
+        if maxsize < 1:
+            raise ValueError(f"argument 'maxsize' must be at least 1, got {maxsize!r}")
+        self.maxsize = maxsize
+        self._sessions: collections.OrderedDict = collections.OrderedDict()
+        self.builds = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, key, build):
+        """The session for ``key``, made by ``build()`` when it is not held."""
+        if key in self._sessions:
+            self._sessions.move_to_end(key)
+            return self._sessions[key]
+        session = build()
+        self.builds += 1
+        self._sessions[key] = session
+        if len(self._sessions) > self.maxsize:
+            self._sessions.popitem(last=False)
+        return session
+
+
+class NodeSpec(collections.namedtuple("NodeSpec", "q k v mask dtype is_causal scale")):
+    """What one Attention model depends on: the shapes of Q (B, h, L_q, d_k), K (B, g, L_k, d_k),
+    V (B, g, L_k, d_v) and ``attn_mask`` (B, h, L_q, L_k) or None, the mask's dtype name ("bool" or
+    the inputs' dtype) or None, the inputs' dtype name, ``is_causal`` and the ``scale`` attribute
+    (None: the op's default)."""
+
+
+def attention_model(spec: NodeSpec):
+    """The ONNX model of one ``Attention`` node (opset 24) for ``spec``: inputs ``Q``, ``K``,
+    ``V`` [, ``attn_mask``], outputs ``Y`` and ``W`` (``qk_matmul_output`` after the softmax)."""
+    onnx = _onnx()
+    helper, mapping = onnx.helper, onnx.helper.np_dtype_to_tensor_dtype
+    elem = mapping(np.dtype(spec.dtype))
+    b, h, len_q, _ = spec.q
+    len_k, d_v = spec.k[2], spec.v[3]
+    inputs = [helper.make_tensor_value_info(n, elem, s)
+              for n, s in (("Q", spec.q), ("K", spec.k), ("V", spec.v))]
+    names = ["Q", "K", "V"]
+    if spec.mask is not None:
+        inputs.append(helper.make_tensor_value_info("attn_mask", mapping(np.dtype(spec.mask[1])),
+                                                    spec.mask[0]))
+        names.append("attn_mask")
+    outputs = [helper.make_tensor_value_info("Y", elem, (b, h, len_q, d_v)),
+               helper.make_tensor_value_info("W", elem, (b, h, len_q, len_k))]
+    attrs = {"is_causal": int(spec.is_causal), "qk_matmul_output_mode": WEIGHTS_MODE}
+    if spec.scale is not None:
+        attrs["scale"] = float(spec.scale)
+    node = helper.make_node("Attention", names, ["Y", "", "", "W"], **attrs)
+    graph = helper.make_graph([node], "attention", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 10  # the IR version of opset 23-24; accepted by onnxruntime >= 1.22
+    return model
+
+
+def cpu_session(model):
+    """An ``InferenceSession`` on the CPUExecutionProvider, one intra-op thread, warnings off."""
+    ort = _ort()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+class OrtAttention(NativeMixin, NumpyBackend):
+    """ONNX ``Attention`` on ONNX Runtime (CPU) behind the spec's SDPA and multi-head attention."""
+
+    framework = "onnxruntime"
+    native_op = f"ONNX Attention (opset {OPSET}) on onnxruntime CPUExecutionProvider"
+    capabilities = frozenset({"sdpa", "mha", "weights", "masks", "bias", "scale", "legacy_mask",
+                              "causal", "cross", "errors", "gqa"})
+    deviations = {
+        "NUM-1": "float64 is not supported: the float64 kernel takes sqrt(scale) in float32 and "
+                 "multiplies Q and K by it (logit errors ~3e-8 relative for the default "
+                 "1/sqrt(d_k)), so float64 is not claimed",
+        "MASK-13": "a NaN or inf key behind a boolean attn_mask leaks into every row (the mask is "
+                   "applied as -inf added to the logits, and NaN + -inf is NaN)",
+        "SHAPE-4": "B = 0, L_q = 0 or L_k = 0 is rejected by the kernel's parameter checks "
+                   "('Batch size', 'Q sequence length', 'KV sequence length must be greater "
+                   "than 0')",
+    }
+    conventions = {"causal-alignment": (
+        "MASK-7", "is_causal=1 is top-left without a KV cache; bottom-right with L_q != L_k goes "
+                  "through an explicit boolean attn_mask")}
+
+    def __init__(self, name: str = "ort-attention", *, cache_size: int = 64):
+        NativeMixin.__init__(self, name)
+        self.sessions = SessionCache(cache_size)
+
+    def framework_version(self) -> str:
+        return _ort().__version__
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        return ("float32", "float16")  # float64: scale taken in float32 (see deviations)
+
+    def _cast_like(self, x, like):
+        return np.asarray(x).astype(like.dtype, copy=False)
+
+    def _sdpa(self, q, k, v, masks: MaskArgs):
+        """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), g dividing h
+        -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k))."""
+        b, h, len_q, d_k = self._shape(q)
+        len_k = self._shape(k)[2]
+        is_causal = self._native_causal(masks.causal, len_q, len_k)
+        attn_mask = self._attn_mask(q, len_k, masks, None if is_causal else masks.causal)
+        scale = None if is_default_scale(masks.scale, d_k) else masks.scale
+        feeds = {"Q": q, "K": k, "V": v}
+        mask_sig = None
+        if attn_mask is not None:
+            attn_mask = np.ascontiguousarray(np.broadcast_to(attn_mask, (b, h, len_q, len_k)))
+            feeds["attn_mask"] = attn_mask
+            mask_sig = (attn_mask.shape, attn_mask.dtype.name)
+        feeds = {n: np.ascontiguousarray(x) for n, x in feeds.items()}
+        spec = NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, is_causal, scale)
+        session = self.sessions.get(spec, lambda: cpu_session(attention_model(spec)))
+        out, weights = session.run(["Y", "W"], feeds)
+        return out, weights
+
+    def _attn_mask(self, q, len_k: int, masks: MaskArgs, causal):
+        """The one ``attn_mask`` of the node: boolean (True = may attend) or float in q's dtype,
+        rank 4, or None."""
+        len_q = self._shape(q)[2]
+        allowed = self._allowed_rank4(len_q, len_k, q, masks.mask, masks.key_padding_mask, causal)
+        additive = self._additive_sum(masks, q)
+        if additive is None:
+            return allowed
+        if allowed is None:
+            return additive
+        return np.where(allowed, additive, np.asarray(-np.inf, dtype=q.dtype))
+
+    def _mha(self, query, key, value, p, num_heads: int, masks: MaskArgs,
+             num_kv_heads: int | None = None):
+        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (output
+        (B, L_q, d_out), weights (B, h, L_q, L_k)): NumPy projections (MHA-2) around the node,
+        K and V with ``num_kv_heads`` g heads (MHA-6; None: g = h)."""
+        g = num_heads if num_kv_heads is None else num_kv_heads
+        q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
+        k = self._split(self._linear(key, p.w_k, p.b_k), g)
+        v = self._split(self._linear(value, p.w_v, p.b_v), g)
+        out, weights = self._sdpa(q, k, v, masks)
+        return self._linear(self._combine(out), p.w_o, p.b_o), weights
+
+
+ATTENTION = OrtAttention("ort-attention")

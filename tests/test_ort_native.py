@@ -1,0 +1,222 @@
+"""``ort-attention``: ONNX ``Attention`` on ONNX Runtime (CPU) against the float64 oracle on tiny
+cases, its translated convention confirmed by running without it, the facts its declarations rest
+on, and the bounded session cache.
+
+Axis legend: B batch, h query heads, g key/value heads, L_q / L_k lengths, d_k / d_v per-head
+widths, d_model query width, k_dim / v_dim key / value widths, d_out output width.
+
+Everything that runs ONNX Runtime is skipped, with the reason, when onnx or onnxruntime is not
+installed; the missing-package message is checked in a child process that blocks the import.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mhaspec.backends import MHAParams
+from mhaspec.spec import oracle
+
+B, H, L_Q, L_K, D_K, D_V = 2, 3, 4, 6, 5, 3
+FLOAT32_TOL = 2e-6  # these cases' float32 error is below 3e-7
+
+
+@pytest.fixture(scope="module")
+def ort_native():
+    pytest.importorskip("onnx", reason="onnx is not installed (pip install 'mhaspec[onnx]')")
+    pytest.importorskip("onnxruntime",
+                        reason="onnxruntime is not installed (pip install 'mhaspec[onnx]')")
+    from mhaspec.backends import ort_native
+
+    return ort_native
+
+
+@pytest.fixture(scope="module")
+def backend(ort_native):
+    return ort_native.OrtAttention("ort-attention-test")
+
+
+def _qkv(seed=0, len_q=L_Q, len_k=L_K, kv_heads=H):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((B, H, len_q, D_K)), rng.standard_normal((B, kv_heads, len_k, D_K)),
+            rng.standard_normal((B, kv_heads, len_k, D_V)))
+
+
+def _arrays(seed=1):
+    rng = np.random.default_rng(seed)
+    mask = rng.random((B, H, L_Q, L_K)) < 0.7
+    mask[..., 0] = True
+    kpm = rng.random((B, L_K)) < 0.7
+    kpm[:, 0] = True
+    legacy = (rng.random((B, 1, 1, L_K)) < 0.3) * 1.0
+    legacy[..., 0] = 0.0
+    return {"mask": mask, "bias": rng.standard_normal((L_Q, L_K)), "key_padding_mask": kpm,
+            "legacy_mask": legacy}
+
+
+SDPA_CASES = {
+    "plain": {},
+    "mask": {"mask": "mask"},
+    "bias": {"bias": "bias"},
+    "mask+bias": {"mask": "mask", "bias": "bias"},
+    "key-padding": {"key_padding_mask": "key_padding_mask"},
+    "legacy": {"legacy_mask": "legacy_mask"},
+    "causal-top-left": {"causal": "top_left"},
+    "causal-bottom-right": {"causal": "bottom_right"},
+    "causal-bottom-right+key-padding": {"causal": "bottom_right",
+                                        "key_padding_mask": "key_padding_mask"},
+    "scale": {"scale": 0.3},
+}
+
+
+def _call_sdpa(be, q, k, v, kwargs, dtype="float32"):
+    arrays = _arrays()
+    spec_kw = {n: arrays[a] if isinstance(a, str) and a in arrays else a for n, a in kwargs.items()}
+    be_kw = {n: be.asarray(a, dtype="bool" if a.dtype == bool else dtype)
+             if isinstance(a, np.ndarray) else a for n, a in spec_kw.items()}
+    out, weights = be.scaled_dot_product_attention(*(be.asarray(x, dtype=dtype) for x in (q, k, v)),
+                                                   **be_kw)
+    return out, weights, spec_kw
+
+
+@pytest.mark.parametrize("case", sorted(SDPA_CASES))
+def test_sdpa_matches_the_oracle(backend, case):
+    q, k, v = _qkv()
+    out, weights, spec_kw = _call_sdpa(backend, q, k, v, SDPA_CASES[case])
+    ref_out, ref_weights = oracle.attention(q, k, v, **spec_kw)
+    assert out.dtype == np.float32 and out.shape == (B, H, L_Q, D_V)
+    assert weights.shape == (B, H, L_Q, L_K)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=FLOAT32_TOL)
+    np.testing.assert_allclose(weights, ref_weights, rtol=0, atol=FLOAT32_TOL)
+
+
+def test_fully_masked_row_gives_zero_output_and_weights(backend):
+    q, k, v = _qkv()
+    mask = np.ones((L_Q, L_K), dtype=bool)
+    mask[1] = False
+    out, weights, _ = _call_sdpa(backend, q, k, v, {"mask": mask})
+    assert np.all(out[:, :, 1] == 0) and np.all(weights[:, :, 1] == 0)
+
+
+@pytest.mark.parametrize("kv_heads", [H, 1], ids=["mha", "gqa-g1"])
+def test_mha_with_cross_widths_matches_the_oracle(backend, kv_heads):
+    rng = np.random.default_rng(2)
+    d_model, k_dim, v_dim, d_out = 6, 5, 7, 8
+    shapes = ((d_model, H * D_K), (k_dim, kv_heads * D_K), (v_dim, kv_heads * D_V),
+              (H * D_V, d_out))
+    params = MHAParams(*(rng.standard_normal(s) / math.sqrt(s[0]) for s in shapes),
+                       b_q=rng.standard_normal(H * D_K), b_v=rng.standard_normal(kv_heads * D_V))
+    query, key, value = (rng.standard_normal((B, n, w))
+                         for n, w in ((L_Q, d_model), (L_K, k_dim), (L_K, v_dim)))
+    grouping = {} if kv_heads == H else {"num_kv_heads": kv_heads}
+
+    def as32(x):
+        return None if x is None else backend.asarray(x, dtype="float32")
+
+    out, weights = backend.multi_head_attention(
+        as32(query), as32(key), as32(value), MHAParams(*(as32(p) for p in params)), num_heads=H,
+        causal="bottom_right", **grouping)
+    ref_out, ref_weights = oracle.multi_head_attention(query, key, value, params, num_heads=H,
+                                                       causal="bottom_right", **grouping)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=FLOAT32_TOL)
+    np.testing.assert_allclose(weights, ref_weights, rtol=0, atol=FLOAT32_TOL)
+
+
+def test_causal_alignment_translation_is_needed(backend):
+    """is_causal=1 is top-left: without the translation, bottom-right with L_q < L_k is wrong;
+    with L_q == L_k both alignments are one mask and the untranslated adapter agrees."""
+    raw = backend.untranslated("causal-alignment")
+    q, k, v = _qkv()
+    ref, _ = oracle.attention(q, k, v, causal="bottom_right")
+    shipped = _call_sdpa(backend, q, k, v, {"causal": "bottom_right"})[0]
+    untranslated = _call_sdpa(raw, q, k, v, {"causal": "bottom_right"})[0]
+    assert np.abs(shipped - ref).max() < FLOAT32_TOL
+    assert np.abs(untranslated - ref).max() > 0.1
+    q, k, v = _qkv(len_k=L_Q)
+    ref, _ = oracle.attention(q, k, v, causal="bottom_right")
+    assert np.abs(_call_sdpa(raw, q, k, v, {"causal": "bottom_right"})[0] - ref).max() \
+        < FLOAT32_TOL
+
+
+def _run_node(ort_native, q, k, v, attn_mask=None, scale=None):
+    """One Attention node run on its own: output Y."""
+    mask_sig = None if attn_mask is None else (attn_mask.shape, attn_mask.dtype.name)
+    spec = ort_native.NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, False, scale)
+    feeds = {"Q": q, "K": k, "V": v}
+    if attn_mask is not None:
+        feeds["attn_mask"] = attn_mask
+    return ort_native.cpu_session(ort_native.attention_model(spec)).run(["Y"], feeds)[0]
+
+
+def test_boolean_attn_mask_has_the_specs_polarity(ort_native):
+    """No polarity translation: True = may attend in ONNX as in the spec (MASK-1)."""
+    q, k, v = (x.astype(np.float32) for x in _qkv())
+    mask = _arrays()["mask"]
+    ref, _ = oracle.attention(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64),
+                              mask=mask)
+    assert np.abs(_run_node(ort_native, q, k, v, mask) - ref).max() < FLOAT32_TOL
+    inverted = ~mask
+    inverted[..., 0] = True
+    assert np.abs(_run_node(ort_native, q, k, v, inverted) - ref).max() > 0.1
+
+
+@pytest.mark.parametrize("scale, exact", [(0.25, True), (1.0, True), (0.5, False), (0.3, False)])
+def test_float64_kernel_takes_the_square_root_of_the_scale_in_float32(ort_native, scale, exact):
+    """Why float64 is not claimed (NUM-1): exact when sqrt(scale) is a float32 number, float32
+    accuracy otherwise. If this starts failing, onnxruntime has changed: re-check float64."""
+    q, k, v = _qkv()
+    err = np.abs(_run_node(ort_native, q, k, v, scale=scale)
+                 - oracle.attention(q, k, v, scale=scale)[0]).max()
+    assert (err < 1e-14) if exact else (1e-9 < err < 1e-6), err
+
+
+def test_nan_key_behind_a_boolean_mask_leaks(ort_native):
+    """MASK-13: the mask is applied as -inf added to the logits, so a masked NaN key is NaN."""
+    q, k, v = (x.astype(np.float32) for x in _qkv())
+    k[:, :, 2] = np.nan
+    mask = np.ones((B, H, L_Q, L_K), dtype=bool)
+    mask[..., 2] = False
+    assert np.isnan(_run_node(ort_native, q, k, v, mask)).all()
+
+
+@pytest.mark.parametrize("which", ["B", "L_q", "L_k"])
+def test_sizes_of_zero_are_rejected(ort_native, which):
+    """SHAPE-4: the kernel's parameter check refuses a batch, query or key length of 0."""
+    b, len_q, len_k = (0 if which == n else s for n, s in (("B", B), ("L_q", L_Q), ("L_k", L_K)))
+    q = np.zeros((b, H, len_q, D_K), np.float32)
+    k, v = np.zeros((b, H, len_k, D_K), np.float32), np.zeros((b, H, len_k, D_V), np.float32)
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail
+
+    with pytest.raises(Fail, match="must be greater than 0"):
+        _run_node(ort_native, q, k, v)
+
+
+def test_session_cache_is_bounded_and_reused(ort_native):
+    be = ort_native.OrtAttention("ort-attention-cache", cache_size=2)
+    for len_q in (2, 3, 2, 4, 5):
+        q, k, v = _qkv(len_q=len_q)
+        _call_sdpa(be, q, k, v, {})
+    # shapes 2, 3, (2 again: held), 4 (drops 3), 5 (drops 2)
+    assert be.sessions.builds == 4 and len(be.sessions) == 2
+
+
+def test_session_cache_rejects_a_size_below_one(ort_native):
+    with pytest.raises(ValueError, match="maxsize"):
+        ort_native.SessionCache(0)
+
+
+def test_missing_onnxruntime_is_one_line():
+    """Loading the backend without onnxruntime names the package and the extra."""
+    code = ("import sys; sys.modules['onnxruntime'] = None\n"
+            "from mhaspec.backends import BackendLoadError, load_backend\n"
+            "try:\n    load_backend('ort-attention')\n"
+            "except BackendLoadError as exc:\n    print(exc)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith("onnxruntime not installed: pip install 'mhaspec[onnx]'")
