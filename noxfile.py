@@ -149,7 +149,7 @@ def certify(session: nox.Session) -> None:
         session.run("mhaspec", "certify", name, "--profile", "ci", "--output-dir", "certificates",
                     success_codes=[0, 1])
         cert = os.path.join("certificates", f"{name}.json")  # in-repo backends are named as registered
-        session.run("mhaspec", "verify", cert)
+        session.run("mhaspec", "verify", cert, "--markdown", cert[:-len(".json")] + ".md")
         with open(cert, encoding="utf-8") as f:
             if json.load(f)["summary"]["verdict"] != "conforms":
                 failing.append(name)

@@ -17,6 +17,8 @@ matrix and the command line all call it, and no other module holds a verdict rul
 
 from __future__ import annotations
 
+import math
+
 from collections import Counter
 from typing import Iterable
 
@@ -79,7 +81,8 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
         missing = sorted({cell(r) for r in not_run if clause.id in r["clauses"]} & cells)
         out.append({
             "id": clause.id, "title": clause.title, "verdict": verdict,
-            "worst_ratio": max((r["ratios"].get(clause.id, 0.0) for r in runs), default=0.0),
+            "worst_ratio": finite_or_none(max((r["ratios"].get(clause.id, 0.0) for r in runs),
+                                              default=0.0)),
             "runs": sum(r["outcome"] != "unavailable" for r in runs),
             "ran_on": sorted({cell(r) for r in runs
                               if r["outcome"] not in ("unavailable", "not-implemented")}),
@@ -87,6 +90,12 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
             "failures": [r["message"] for r in runs if r["outcome"] in BAD and r.get("message")][:3],
         })
     return out
+
+
+def finite_or_none(ratio: float) -> float | None:
+    """A worst NUM-3 ratio as JSON can hold it: None when it is not finite (a NaN or inf result
+    where the oracle is finite)."""
+    return ratio if math.isfinite(ratio) else None
 
 
 def count_verdicts(clauses: list[dict]) -> dict[str, int]:

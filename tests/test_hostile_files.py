@@ -824,17 +824,7 @@ def test_a_tool_whose_module_is_missing_is_one_line(capsys, monkeypatch):
     assert_usage_error(run_cli(capsys, "matrix", "--help"), "mhaspec matrix")
 
 
-#: Tools whose own parser is still argparse.ArgumentParser (a usage block before the error line);
-#: each must become mhaspec.usage.ArgumentParser(prog="mhaspec <tool>", ...). Strict: a fixed tool
-#: fails here until it is taken off this list.
-MULTI_LINE_PARSERS = {"bench", "conventions", "errors-table", "soak", "tolerance-study"}
-
-
-@pytest.mark.parametrize("tool", [
-    pytest.param(tool, marks=pytest.mark.xfail(
-        strict=True, reason=f"mhaspec {tool}'s parser is argparse.ArgumentParser, not "
-                            "mhaspec.usage.ArgumentParser")) if tool in MULTI_LINE_PARSERS else tool
-    for tool in sorted(cli.TOOLS)])
+@pytest.mark.parametrize("tool", sorted(cli.TOOLS))
 def test_every_tools_argument_errors_are_one_line(tool):
     proc = subprocess.run([sys.executable, "-m", "mhaspec.cli", tool, "--no-such-option"],
                           capture_output=True, text=True, timeout=300)

@@ -267,7 +267,8 @@ def to_markdown(cert: dict) -> str:
         if c.get("not_run_on"):
             ran_on += "; NOT RUN on " + ", ".join(md_text(x) for x in c["not_run_on"])
         lines.append(f"| {md_text(c['id'])} | {md_text(c['title'])} | {c['verdict']} | "
-                     f"{c['worst_ratio']:.2f} | {c['runs']} | {ran_on} |")
+                     f"{'not finite' if c['worst_ratio'] is None else format(c['worst_ratio'], '.2f')} | "
+                     f"{c['runs']} | {ran_on} |")
     if b["deviations"]:
         lines += ["", "Declared deviations:", ""]
         lines += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in sorted(b["deviations"].items())]

@@ -138,7 +138,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     }
     cert = certificate.seal(body)
     certificate.verify(cert)
-    paths["json"].write_text(json.dumps(cert, indent=1, sort_keys=True) + "\n", "utf-8")
+    paths["json"].write_text(json.dumps(cert, indent=1, sort_keys=True, allow_nan=False) + "\n", "utf-8")
     paths["markdown"].write_text(certificate.to_markdown(cert), "utf-8")
     print(f"mhaspec certify: {printable(backend.name)} {verdict} "
           f"({', '.join(f'{v} {k}' for k, v in counts.items())}); {len(results)} tests run, "

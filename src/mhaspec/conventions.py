@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from mhaspec import usage
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 
 from mhaspec.conformance import harness, tolerance
@@ -82,9 +83,7 @@ def _adapters(refs: list[str]) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="mhaspec conventions",
+    parser = usage.ArgumentParser(prog="mhaspec conventions",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("backend", nargs="*",
                         help="adapters to check (default: every registered backend that declares "

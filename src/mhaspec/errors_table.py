@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from mhaspec import usage
 from mhaspec.backends import load_backend
 
 from mhaspec.conformance import harness
@@ -33,9 +34,7 @@ def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="mhaspec errors-table", description=__doc__.split("\n\n")[0])
+    parser = usage.ArgumentParser(prog="mhaspec errors-table", description=__doc__.split("\n\n")[0])
     parser.add_argument("backend", nargs="?", default="numpy-batched",
                         help="registered backend name or module:attr (default numpy-batched)")
     parser.add_argument("--dtype", default="float32", help="dtype of the calls (default float32)")

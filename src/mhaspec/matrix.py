@@ -22,7 +22,6 @@ pytest.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import pathlib
@@ -32,7 +31,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from mhaspec import conventions, runner
+from mhaspec import conventions, runner, usage
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.conformance import harness, verdicts
 from mhaspec.conformance.strategies import CaseSpec, build_case
@@ -221,7 +220,7 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mhaspec matrix",
+    parser = usage.ArgumentParser(prog="mhaspec matrix",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
     parser.add_argument("--report", type=pathlib.Path, default=None,

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-from mhaspec import runner
+from mhaspec import runner, usage
 from mhaspec.backends import registered_backends
 from mhaspec.conformance import verdicts
 
@@ -49,7 +49,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    p = argparse.ArgumentParser(prog="mhaspec soak", description=__doc__.split("\n\n")[0])
+    p = usage.ArgumentParser(prog="mhaspec soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", action="append", default=[], metavar="NAME|module:attr",
                    help="backend to soak (repeatable); default: every registered backend that imports")
     p.add_argument("--seconds", type=float,

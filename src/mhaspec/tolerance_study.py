@@ -10,11 +10,11 @@ algorithm's error (e_ref of NUM-3), y = the backend's error. The line y = K x is
 
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 
+from mhaspec import usage
 from mhaspec.backends import load_backend, registered_backends
 
 from mhaspec.conformance import harness, tolerance
@@ -81,7 +81,7 @@ def plot(points: dict, out: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="mhaspec tolerance-study", description=__doc__.split("\n\n")[0])
+    ap = usage.ArgumentParser(prog="mhaspec tolerance-study", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=40)
     ap.add_argument("--backend", action="append", default=None,
                     help="backend to measure (repeatable; default: every registered *-batched backend)")

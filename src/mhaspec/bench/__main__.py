@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mhaspec import usage
+
 from ._worker import blas_threads, mha_flops
 
 EXAMPLE = (32, 50, 512, 8)  # the source document's size: B, L, d_model, h
@@ -382,7 +384,7 @@ def machine_info() -> dict:
 
 
 def parse(argv) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="mhaspec bench", description=__doc__.split("\n")[0])
+    ap = usage.ArgumentParser(prog="mhaspec bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help=f"sweep only L in {QUICK_L}, fewer repetitions, NumPy memory only, "
                          f"no L={LONG_L} point")
