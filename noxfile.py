@@ -25,7 +25,7 @@ nox.options.sessions = ["tests", "conformance"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 TORCH = shlex.split(os.environ.get("MHASPEC_TORCH", "torch==2.13.0"))
 JAX = shlex.split(os.environ.get("MHASPEC_JAX", ""))  # empty: the "jax" extra's plain jax
-FRAMEWORKS = ("torch", "jax", "tensorflow")
+FRAMEWORKS = ("torch", "jax", "tensorflow", "onnx")  # extras; "onnx" brings ONNX Runtime
 #: The environment of each pytest-xdist worker (where the caller's does not set these): one compute
 #: thread, since with a worker per core the frameworks' own thread pools (OpenBLAS, OpenMP,
 #: TensorFlow) oversubscribe the cores, and OpenBLAS waiting for a descheduled thread makes a small
@@ -89,10 +89,11 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
-@nox.parametrize("framework", ["numpy", "torch", "jax", "tensorflow"])
+@nox.parametrize("framework", ["numpy", "torch", "jax", "tensorflow", "onnxruntime"])
 def conformance_framework(session: nox.Session, framework: str) -> None:
     """The conformance suite for one framework's backends (the CI matrix runs one per job)."""
-    extras = {"numpy": (), "torch": ("torch",), "jax": ("jax",), "tensorflow": ("tensorflow",)}
+    extras = {"numpy": (), "torch": ("torch",), "jax": ("jax",), "tensorflow": ("tensorflow",),
+              "onnxruntime": ("onnx",)}
     install(session, *extras[framework])
     frameworks = ("tensorflow", "keras") if framework == "tensorflow" else (framework,)
     run_suite(session, *(f"--framework={f}" for f in frameworks))

@@ -526,7 +526,7 @@ def certificate_body(**changes) -> dict:
                 "ran_on": ["cpu/float64"] if c.testable else [], "not_run_on": [],
                 "failures": []} for c in spec.clauses]
     body = {
-        "schema": certificate.SCHEMA_ID, "spec": {"name": spec.name, "version": spec.version},
+        "schema": certificate.SCHEMA_ID, "spec": {"name": spec.name, "version": spec.version, "status": spec.status},
         "suite": {"version": "0", "git_commit": None},
         "backend": {"ref": "numpy-batched", "name": "numpy-batched", "framework": "numpy",
                     "framework_version": "2.0", "protocol_version": 1, "capabilities": ["sdpa"],
@@ -831,3 +831,14 @@ def test_every_tools_argument_errors_are_one_line(tool):
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mhaspec: error: "), proc.stderr[-2000:]
+
+
+def test_verify_rejects_a_draft_spec_passed_off_as_released(tmp_path, capsys):
+    """A certificate against the current draft must say so: "released" (or no status) is refused."""
+    if not load_spec().is_draft:
+        pytest.skip(f"spec {load_spec().version} is released: no draft to pass off")
+    body = certificate_body()
+    body["spec"]["status"] = "released"
+    path = tmp_path / "cert.json"
+    path.write_text(json.dumps(certificate.seal(body)), "utf-8")
+    assert_usage_error(run_cli(capsys, "verify", str(path)), "is draft here")

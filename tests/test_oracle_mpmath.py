@@ -653,7 +653,7 @@ def test_every_testable_draft_clause_is_checked_here():
 
     root = pathlib.Path(__file__).resolve().parents[1]
     draft_text = (root / "spec" / "drafts" / "1.2-features.toml").read_text(encoding="utf-8")
-    draft = spec.parse('[spec]\nname = "mhaspec"\nversion = "1.2-draft"\ntitle = "draft"\n' + draft_text)
+    draft = spec.parse('[spec]\nname = "mhaspec"\nversion = "1.2-draft"\nstatus = "draft"\ntitle = "draft"\n' + draft_text)
     assert not {c.id for c in draft.clauses} & {c.id for c in spec.load().clauses}
     named = set(re.findall(r"\b([A-Z]+-\d+)\b", pathlib.Path(__file__).read_text(encoding="utf-8")))
     missing = [c.id for c in draft.clauses if c.testable and c.id not in named]

@@ -130,6 +130,10 @@ def check_consistency(cert: dict) -> list[str]:
     known = released_clauses(version)
     if known is None:
         raise CertificateError(f"spec version {version!r} is not a version this mhaspec knows")
+    status = spec_status(version)
+    if cert["spec"].get("status", "released") != status:
+        raise CertificateError(f"spec {version} is {status} here, the certificate says "
+                               f"{cert['spec'].get('status', 'released')}")
     recorded = [c["id"] for c in cert["clauses"]]
     twice = sorted({i for i in recorded if recorded.count(i) > 1})
     expected = {cid: (title, testable) for cid, title, testable in known}
@@ -238,6 +242,19 @@ def md_fenced(text: str) -> list[str]:
     return [fence, safe, fence]
 
 
+def spec_status(version: str) -> str:
+    """"draft" for the current version while it is a draft, else "released"."""
+    from mhaspec.spec import load
+
+    current = load()
+    return current.status if version == current.version else "released"
+
+
+def spec_label(spec: dict) -> str:
+    """``1.2 (draft)`` or ``1.1``: a certificate's spec version as people should read it."""
+    return spec["version"] + (" (draft)" if spec.get("status") == "draft" else "")
+
+
 def to_markdown(cert: dict) -> str:
     """A human-readable rendering of a certificate; every string it takes from the certificate is
     escaped (:func:`md_text`, :func:`md_fenced`), so none can add a heading, a table cell or HTML."""
@@ -249,7 +266,7 @@ def to_markdown(cert: dict) -> str:
     commit = cert["suite"]["git_commit"] or "unknown"
     lines = [f"# mhaspec certificate: {md_text(b['name'])}", "",
              f"**Verdict: {cert['summary']['verdict']}** against {md_text(cert['spec']['name'])} "
-             f"{md_text(cert['spec']['version'])} (suite {md_text(cert['suite']['version'])}, commit "
+             f"{md_text(spec_label(cert['spec']))} (suite {md_text(cert['suite']['version'])}, commit "
              f"{md_text(commit)}).", "",
              "| | |", "|---|---|",
              f"| backend | {md_text(b['name'])} ({md_text(b['ref'])}) |",

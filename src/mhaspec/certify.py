@@ -108,7 +108,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     hyp = collector.hypothesis
     body = {
         "schema": certificate.SCHEMA_ID,
-        "spec": {"name": spec.name, "version": spec.version},
+        "spec": {"name": spec.name, "version": spec.version, "status": spec.status},
         "suite": {"version": __version__, "git_commit": certificate.git_commit()},
         "backend": {"ref": ref, "name": backend.name, "framework": backend.framework,
                     "framework_version": str(backend.framework_version()),

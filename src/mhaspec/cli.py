@@ -70,7 +70,7 @@ def cmd_verify(args) -> int:
     b = cert["backend"]
     lines = [f"{printable(path)}: certificate for {printable(b['name'])} ({printable(b['framework'])} "
              f"{printable(b['framework_version'])}): {cert['summary']['verdict']} against spec "
-             f"{cert['spec']['version']}",
+             f"{certificate.spec_label(cert['spec'])}",
              f"schema: matches {certificate.SCHEMA_ID}",
              f"integrity: the body hashes to the recorded SHA-256 {cert['sha256']}", *checked]
     if args.markdown:
