@@ -70,6 +70,12 @@ def _masks(inputs: Inputs, case) -> dict:
     return {**kw, **{n: inputs[n] for n in ("mask", "bias", "legacy_mask", "key_padding_mask")}}
 
 
+def with_key_padding(spec):
+    """``spec`` with a key padding mask wherever it may have one (not beside the legacy mask): every
+    argument that can be present is, so every one is checked."""
+    return spec if spec.legacy_shape is not None else spec._replace(key_padding=True)
+
+
 def _mha_inputs(impl, case, *, one_array: bool = False, **extra) -> Inputs:
     query = case.query
     key, value = (query, query) if one_array else (case.key, case.value)
@@ -84,10 +90,10 @@ def _mha_inputs(impl, case, *, one_array: bool = False, **extra) -> Inputs:
 def test_split_heads_and_combine_heads_leave_their_input_unchanged(impl, spec):
     case = impl.case(spec)
     split = Inputs(impl, x=oracle.combine_heads(case.q))  # (B, L_q, h*d_k)
-    impl.backend.split_heads(split["x"], spec.heads)
+    impl.call("split_heads", split["x"], spec.heads)
     split.expect_unchanged("split_heads")
     combine = Inputs(impl, x=case.q)  # (B, h, L_q, d_k)
-    impl.backend.combine_heads(combine["x"])
+    impl.call("combine_heads", combine["x"])
     combine.expect_unchanged("combine_heads")
 
 
@@ -95,11 +101,11 @@ def test_split_heads_and_combine_heads_leave_their_input_unchanged(impl, spec):
 @pytest.mark.requires("sdpa")
 @given(spec=case_specs(**ALL_MASKS))
 def test_attention_leaves_its_inputs_unchanged(impl, spec):
-    case = impl.case(spec, "sdpa")
+    case = impl.case(with_key_padding(spec), "sdpa")
     inputs = Inputs(impl, q=case.q, k=case.k, v=case.v, mask=case.mask, bias=case.bias,
                     legacy_mask=case.legacy_mask, key_padding_mask=case.key_padding_mask)
-    impl.backend.scaled_dot_product_attention(inputs["q"], inputs["k"], inputs["v"],
-                                              **_masks(inputs, case))
+    impl.call("scaled_dot_product_attention", inputs["q"], inputs["k"], inputs["v"],
+              **_masks(inputs, case))
     inputs.expect_unchanged("scaled_dot_product_attention")
 
 
@@ -107,10 +113,10 @@ def test_attention_leaves_its_inputs_unchanged(impl, spec):
 @pytest.mark.requires("mha")
 @given(spec=case_specs(**ALL_MASKS))
 def test_multi_head_attention_leaves_its_inputs_unchanged(impl, spec):
-    case = impl.case(spec)
+    case = impl.case(with_key_padding(spec))
     inputs = _mha_inputs(impl, case)
-    impl.backend.multi_head_attention(inputs["query"], inputs["key"], inputs["value"],
-                                      inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
+    impl.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
+              inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
     inputs.expect_unchanged("multi_head_attention")
 
 
@@ -119,11 +125,11 @@ def test_multi_head_attention_leaves_its_inputs_unchanged(impl, spec):
 @given(spec=case_specs(cross=False, **ALL_MASKS))
 def test_self_attention_leaves_its_one_input_unchanged(impl, spec):
     """query is key is value: one array, read three times (and fused projections, MHA-2)."""
-    case = impl.case(spec)
+    case = impl.case(with_key_padding(spec))
     inputs = _mha_inputs(impl, case, one_array=True)
     assert inputs["query"] is inputs["key"] is inputs["value"]
-    impl.backend.multi_head_attention(inputs["query"], inputs["key"], inputs["value"],
-                                      inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
+    impl.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
+              inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
     inputs.expect_unchanged("multi_head_attention (self-attention)")
 
 
@@ -136,6 +142,6 @@ def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(impl, spec):
     s = case.spec
     cotangent = np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
     inputs = _mha_inputs(impl, case, one_array=s.self_attention, cotangent=cotangent)
-    impl.backend.mha_vjp(inputs["query"], inputs["key"], inputs["value"], inputs.params(),
-                         inputs["cotangent"], num_heads=s.heads, **_masks(inputs, case))
+    impl.call("mha_vjp", inputs["query"], inputs["key"], inputs["value"], inputs.params(),
+              inputs["cotangent"], num_heads=s.heads, **_masks(inputs, case))
     inputs.expect_unchanged("mha_vjp")
