@@ -1,5 +1,8 @@
 """Backends: the protocol every implementation follows, and the in-repo implementations.
 
+Package ``mhaspec.backends``, folder ``backends/``. It imports no other part of mhaspec: not the
+spec's oracle (a reference that shares code hides the bugs it shares), the suite or the commands.
+
 Each framework module (``np_backend``, ``torch_backend``, ``jax_backend``, ``tf_backend``) imports
 only its own framework, and only when it is loaded: importing this package imports no framework.
 Backends are named ``module:attr`` or by the name they are registered under in the

@@ -1,5 +1,8 @@
 """The mhaspec specification: clause table, rendered text and the float64 oracle.
 
+Package ``mhaspec.spec``, folder ``spec/`` (``[tool.setuptools] package-dir``). The innermost layer:
+it imports no other part of mhaspec.
+
 ``load()`` reads ``clauses.toml`` (the single normative source) into a :class:`Spec`.
 """
 
