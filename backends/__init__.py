@@ -14,11 +14,12 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from ._base import (ALL_DTYPES, CAPABILITIES, PROTOCOL_VERSION, Backend, MHAParams,
-                    native_byte_order)
+from ._base import (ALL_DTYPES, CAPABILITIES, FEATURE_ARGUMENTS, OPTIONAL_CAPABILITIES,
+                    PROTOCOL_VERSION, AttentionOutputs, Backend, MHAParams, native_byte_order)
 from ._generic import Algorithm
 
-__all__ = ["ALL_DTYPES", "CAPABILITIES", "PROTOCOL_VERSION", "Algorithm", "Backend", "MHAParams",
+__all__ = ["ALL_DTYPES", "CAPABILITIES", "FEATURE_ARGUMENTS", "OPTIONAL_CAPABILITIES",
+           "PROTOCOL_VERSION", "Algorithm", "AttentionOutputs", "Backend", "MHAParams",
            "native_byte_order",
            "BackendLoadError", "load_backend", "registered_backends"]
 

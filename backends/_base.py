@@ -30,12 +30,33 @@ CAPABILITIES = frozenset({
     "cross",        # cross-attention widths (MHA-4)
     "errors",       # rejects invalid input with ValueError (ERR)
     # optional extensions: not claimed by default (Backend.capabilities leaves them out)
-    "gqa",          # multi_head_attention(..., num_kv_heads=g): grouped-query attention (MHA-6)
+    "gqa",          # grouped key/value heads: multi_head_attention(num_kv_heads=g) (MHA-6) and
+                    # scaled_dot_product_attention with k, v of g heads (GQA, spec 1.2)
     "grad",         # mha_vjp: gradients of sum(output * cotangent) (GRAD)
+    # spec 1.2 features (keyword arguments of both attention operations; FEATURE_ARGUMENTS)
+    "softcap",      # softcap=c: logits c*tanh(S/c) after the scale, before bias and masks (SOFTCAP)
+    "window",       # window=(left, right) and alignment= (WIN)
+    "alibi",        # alibi_slopes (h,) or (B, h) (ALIBI)
+    "segments",     # q_segment_ids / kv_segment_ids, query_seq_lengths / key_value_seq_lengths (SEG)
+    "kv_cache",     # past_key / past_value / past_lengths -> the present cache (CACHE)
+    "lse",          # lse=True: the per-row log-sum-exp (LSE)
 })
 
 #: Capabilities a backend claims only by naming them: ``Backend.capabilities`` omits them.
-OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad"})
+OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad", "softcap", "window", "alibi", "segments",
+                                   "kv_cache", "lse"})
+
+#: The spec 1.2 keyword arguments of both attention operations, by the capability that governs
+#: them. The suite passes an argument only to a backend that claims its capability, and only with
+#: a value other than its default (None, or False for ``lse``), so a 1.1 backend never sees one.
+FEATURE_ARGUMENTS = {
+    "softcap": ("softcap",),
+    "window": ("window", "alignment"),
+    "alibi": ("alibi_slopes", "alignment"),
+    "segments": ("q_segment_ids", "kv_segment_ids", "query_seq_lengths", "key_value_seq_lengths"),
+    "kv_cache": ("past_key", "past_value", "past_lengths"),
+    "lse": ("lse",),
+}
 
 ALL_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
@@ -61,6 +82,25 @@ class MHAParams(NamedTuple):
     b_k: Any = None
     b_v: Any = None
     b_o: Any = None
+
+
+class AttentionOutputs(NamedTuple):
+    """What an attention operation returns when the caller asks for more than (output, weights):
+    with ``lse=True`` or a KV cache (``past_key``), both operations return this instead of the
+    pair; fields not asked for are None.
+
+    output: (B, h, L_q, d_v) for scaled_dot_product_attention, (B, L_q, d_out) for
+    multi_head_attention; weights (B, h, L_q, L_K) or None; lse (B, h, L_q), -inf for a fully
+    masked row (LSE-1); present_key (B, g, L_K, d_k), present_value (B, g, L_K, d_v) and
+    present_lengths (B,) integers (CACHE-1), with L_K = L_past + L_k.
+    """
+
+    output: Any
+    weights: Any = None
+    lse: Any = None
+    present_key: Any = None
+    present_value: Any = None
+    present_lengths: Any = None
 
 
 class Backend:
@@ -107,9 +147,11 @@ class Backend:
     def asarray(self, x: np.ndarray, *, dtype: str, device: str = "cpu"):
         """A NumPy array as this backend's array of ``dtype`` on ``device`` (override).
 
-        ``x`` is a NumPy array of any dtype (floating, boolean for masks) and either byte order;
-        ``dtype`` is one of :data:`ALL_DTYPES`, ``"bool"``, or an invalid dtype such as
-        ``"int64"`` when the suite checks rejection (ERR). The result must be a new array: the
+        ``x`` is a NumPy array of any dtype (floating, boolean for masks, integer for segment ids
+        and lengths) and either byte order; ``dtype`` is one of :data:`ALL_DTYPES`, ``"bool"``,
+        ``"int32"`` or ``"int64"`` (segment ids, sequence and cache lengths: spec 1.2), or an
+        invalid dtype such as ``"int64"`` for a float argument when the suite checks rejection
+        (ERR). The result must be a new array: the
         suite compares ``x`` with ``to_numpy`` of it after a call (INPUT-1)."""
         raise NotImplementedError
 
@@ -131,20 +173,33 @@ class Backend:
         raise NotImplementedError
 
     def scaled_dot_product_attention(self, q, k, v, *, mask=None, bias=None, legacy_mask=None,
-                                     key_padding_mask=None, causal=None, scale=None):
+                                     key_padding_mask=None, causal=None, scale=None,
+                                     **features):
         """q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
-        -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k) or None)."""
+        -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k) or None).
+
+        ``features`` are the spec 1.2 keyword arguments of :data:`FEATURE_ARGUMENTS` (a backend
+        names those it claims): ``softcap``, ``window``, ``alignment``, ``alibi_slopes``,
+        ``q_segment_ids``, ``kv_segment_ids``, ``query_seq_lengths``, ``key_value_seq_lengths``,
+        ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v), ``past_lengths``
+        (B,), ``lse``. With "gqa", k and v may have g heads, g dividing h (GQA-1). With ``lse=True``
+        or a cache the result is :class:`AttentionOutputs`; masks and weights then have the
+        present cache's key axis L_K = L_past + L_k."""
         raise NotImplementedError
 
     def multi_head_attention(self, query, key, value, params: MHAParams, *, num_heads: int,
                              mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
-                             causal=None, scale=None, num_kv_heads=None):
+                             causal=None, scale=None, num_kv_heads=None, **features):
         """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)
         -> (output (B, L_q, d_out), weights (B, h, L_q, L_k) or None).
 
         ``num_kv_heads`` (capability "gqa", MHA-6): g key/value heads, g dividing h; ``w_k`` and
         ``w_v`` (and ``b_k``, ``b_v``) then have g*d_k and g*d_v columns. The suite passes it only
-        to backends that claim "gqa"; None means plain multi-head attention."""
+        to backends that claim "gqa"; None means plain multi-head attention.
+
+        ``features``: as for :meth:`scaled_dot_product_attention`; ``past_key`` and ``past_value``
+        hold *projected* keys and values (B, g, L_past, d_k / d_v), and ``alibi_slopes`` one slope
+        per query head."""
         raise NotImplementedError
 
     def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
