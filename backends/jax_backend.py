@@ -53,7 +53,10 @@ class JaxBackend(ArrayBackend):
         return jax.devices("cpu")[0] if device == "cpu" else jax.devices("gpu")[0]
 
     def asarray(self, x, *, dtype: str, device: str = "cpu"):
-        return _jax().device_put(_jnp().asarray(np.asarray(x), dtype=dtype), self._device(device))
+        # converted by NumPy (ml_dtypes for bfloat16), as jnp.asarray does, then copied to the
+        # device: jnp.asarray would also compile a convert_element_type per new shape
+        host = np.asarray(x).astype(_jnp().dtype(dtype))
+        return _jax().device_put(host, self._device(device))
 
     def to_numpy(self, x) -> np.ndarray:
         x = np.asarray(x)
@@ -97,7 +100,9 @@ class JaxBackend(ArrayBackend):
         return _jnp().stack(xs, axis=axis)
 
     def _constant(self, array: np.ndarray, like):
-        return _jnp().asarray(array)
+        if isinstance(like, _jax().core.Tracer):  # inside a compiled function: a traced constant
+            return _jnp().asarray(array)
+        return _jax().device_put(array, next(iter(like.devices())))  # no compilation per shape
 
     def _full(self, shape, value: float, like):
         return _jnp().full(shape, value, dtype=like.dtype)
