@@ -27,8 +27,10 @@ from typing import NamedTuple
 import numpy as np
 
 from . import positions as positions_
-from ._base import CAPABILITIES
-from ._generic import Algorithm
+from ._base import CAPABILITIES, AttentionOutputs
+from ._features import Cache
+from ._generic import Algorithm, MaskArgs
+from ._validate import Features
 from .np_backend import NumpyBackend
 
 #: Elements of one logits block (g*block_q*block_k for g heads): 4M, i.e. 16 MiB in float32.
@@ -190,7 +192,7 @@ def blockwise_attention(q, k, v, *, scale: float, allowed: BlockMask | None = No
                     _attend_rows(q[heads][..., qs, :] * work.type(scale), k_g, v_g, allowed,
                                  additive, alibi, softcap, heads, qs, blocks.block_k,
                                  out[heads][..., qs, :],
-                                 None if row_lse is None else row_lse[heads][..., qs])
+                                 None if row_lse is None else row_lse[heads][..., qs], out_dtype)
     if not lead:
         out, row_lse = out[0], None if row_lse is None else row_lse[0]
     out = out.astype(out_dtype, copy=False)
@@ -206,12 +208,12 @@ def _kv_heads(query_heads: slice, repeat: int):
 
 
 def _attend_rows(q_blk, k_t, v1, allowed, additive, alibi, softcap, heads: tuple, qs: slice,
-                 block_k: int, out, row_lse):
+                 block_k: int, out, row_lse, alibi_dtype):
     """Queries ``qs`` of the heads ``heads`` (see :func:`_cut`), key block by key block: q_blk
     (g, len(qs), d_k) already scaled, k_t (g, d_k, L_K), v1 (g, L_K, d_v + 1) (v and a column of
     ones); ``allowed`` a :class:`BlockMask` or None, ``additive`` the terms added to the logits,
-    ``alibi`` an :class:`Alibi` or None. Writes out (g, len(qs), d_v) and, when not None,
-    row_lse (g, len(qs))."""
+    ``alibi`` an :class:`Alibi` or None, added after rounding to ``alibi_dtype``. Writes out
+    (g, len(qs), d_v) and, when not None, row_lse (g, len(qs))."""
     len_k, d_v = k_t.shape[-1], out.shape[-1]
     row_max = np.full((*q_blk.shape[:-1], 1), -np.inf, dtype=q_blk.dtype)
     acc = np.zeros((*q_blk.shape[:-1], d_v + 1), dtype=q_blk.dtype)  # [sum_j p v_j | sum_j p]
@@ -230,8 +232,8 @@ def _attend_rows(q_blk, k_t, v1, allowed, additive, alibi, softcap, heads: tuple
             logits *= c
         for term in additive:
             logits += _cut(term, heads, qs, ks)
-        if alibi is not None:
-            logits += alibi.block(heads, qs, ks)
+        if alibi is not None:  # in the inputs' dtype, as every backend adds it (ALIBI-1)
+            logits += alibi.block(heads, qs, ks).astype(alibi_dtype)
         if blk_allowed is not None:
             np.copyto(logits, -np.inf, where=np.logical_not(blk_allowed))
         new_max = np.maximum(row_max, logits.max(axis=-1, keepdims=True))
@@ -251,7 +253,13 @@ def _attend_rows(q_blk, k_t, v1, allowed, additive, alibi, softcap, heads: tuple
 
 
 class ChunkedNumpyBackend(NumpyBackend):
-    """Batched projections, then attention by key blocks with an online softmax (no weights)."""
+    """Batched projections, then attention by blocks with an online softmax (no weights).
+
+    Spec 1.2: grouped key/value heads (k and v are not repeated), soft-capping, windows, ALiBi,
+    segments and sequence lengths, the KV cache and the log-sum-exp, all without forming the
+    (L_q, L_K) matrix: the structural mask and ALiBi are built per block from the call's
+    :class:`~mhaspec.backends.positions.Positions`.
+    """
 
     capabilities = CAPABILITIES - {"weights", "grad"}
 
@@ -266,13 +274,80 @@ class ChunkedNumpyBackend(NumpyBackend):
         offset = None if causal is None else (0 if causal == "top_left" else len_k - len_q)
         return BlockMask(None if mask is None else np.asarray(mask), key_padding_mask, offset)
 
+    # -- spec 1.2 calls: the generic plumbing, with masks and ALiBi kept per block ---------------
+    def _sdpa_features(self, q, k, v, masks: MaskArgs, feats: Features):
+        len_q, len_k = q.shape[2], k.shape[2]
+        masks = self._block_masks(masks, feats, q.shape[0], len_q, len_k)
+        present = (None, None)
+        if feats.cached:
+            index = _present_index(feats, len_k)
+            k = self._present(feats.past_key, k, index)
+            v = self._present(feats.past_value, v, index)
+            present = (k, v)
+        out, _, lse = self._attention(q, k, v, masks, feats.lse)
+        return self._outputs(feats, AttentionOutputs(out, None, lse, *present), len_k, q)
+
+    def _mha_features(self, query, key, value, call):
+        feats = call.features
+        len_k = key.shape[1]
+        masks = self._block_masks(call.masks, feats, query.shape[0], query.shape[1], len_k)
+        cache = None
+        if feats.cached:
+            cache = Cache(feats.past_key, feats.past_value, _present_index(feats, len_k))
+        res = self._mha_ext(query, key, value, call.params, call.num_heads, masks,
+                            num_kv_heads=call.grouping.get("num_kv_heads"), lse=feats.lse,
+                            cache=cache)
+        return self._outputs(feats, res, len_k, query)
+
+    def _block_masks(self, masks: MaskArgs, feats: Features, batch: int, len_q: int,
+                     len_k: int) -> MaskArgs:
+        """``masks`` with every boolean condition in one :class:`BlockMask` (causal on positions
+        when keys are removed by position, SEG-3, CACHE-2, WIN-1), ALiBi as an :class:`Alibi`
+        and the soft-cap: nothing of size L_q * L_K is built here."""
+        pos = feats.positions
+        if pos is None and (feats.window is not None or feats.slopes is not None):
+            pos = positions_.token_positions(batch, len_q, len_k, alignment=feats.diagonal)
+        len_all = feats.len_past + len_k
+        if feats.structural:
+            allowed = BlockMask(None if masks.mask is None else np.asarray(masks.mask),
+                                masks.key_padding_mask, None, pos, masks.causal is not None,
+                                feats.window)
+        else:
+            allowed = self._combine_masks(len_q, len_all, None, masks.mask,
+                                          masks.key_padding_mask, masks.causal)
+        alibi = None if feats.slopes is None else Alibi(feats.slopes, pos)
+        return masks._replace(mask=allowed, key_padding_mask=None, causal=None,
+                              softcap=feats.softcap, alibi=alibi)
+
+    # -- the kernel ------------------------------------------------------------------------------
+    def _attention(self, q, k, v, masks: MaskArgs, lse: bool | None = None):
+        """q (B, h, L_q, d_k), k (B, g, L_K, d_k), v (B, g, L_K, d_v) -> (out, None, lse or
+        None) by :func:`blockwise_attention`; ``masks.mask`` a :class:`BlockMask` (spec 1.2
+        calls) or the 1.1 masking arguments."""
+        allowed = masks.mask if isinstance(masks.mask, BlockMask) else \
+            self._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
+        out, row_lse = blockwise_attention(
+            q, k, v, scale=masks.scale, allowed=allowed,
+            additive=self._additive(masks.bias, masks.legacy_mask), alibi=masks.alibi,
+            softcap=masks.softcap, lse=bool(lse), blocks=self._choose(q, k))
+        return out, None, row_lse
+
     def _attend(self, q, k, v, allowed, additive, scale):
         """q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v) -> (out (..., L_q, d_v), None)."""
-        heads = q.shape[-3] if q.ndim >= 3 else 1
-        blocks = choose_blocks(heads, q.shape[-2], k.shape[-2], self.block_q, self.block_k)
         out, _ = blockwise_attention(q, k, v, scale=scale, allowed=allowed, additive=additive,
-                                     blocks=blocks)
+                                     blocks=self._choose(q, k))
         return out, None
+
+    def _choose(self, q, k) -> Blocks:
+        return choose_blocks(q.shape[-3] if q.ndim >= 3 else 1, q.shape[-2], k.shape[-2],
+                             self.block_q, self.block_k)
+
+
+def _present_index(feats: Features, len_k: int) -> np.ndarray | None:
+    """The present-cache index of CACHE-1 (B, L_K), or None for a full cache."""
+    if np.all(feats.past_lengths == feats.len_past):
+        return None
+    return positions_.present_index(feats.past_lengths, feats.len_past, len_k)
 
 
 CHUNKED = ChunkedNumpyBackend()

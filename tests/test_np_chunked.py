@@ -149,3 +149,112 @@ def test_kernel_skips_blocks_the_window_blocks(monkeypatch):
     # 8 query blocks, each touching its own key block and at most one neighbour on each side
     # (2 matmuls per block: QK^T and PV), against 8 x 8 blocks without skipping
     assert len(calls) <= 2 * (8 + 2 * 7)
+
+
+# -- the backend's spec 1.2 calls (validation and plumbing of the generic layer, this kernel) ----
+
+from mhaspec.backends import CAPABILITIES, AttentionOutputs, MHAParams  # noqa: E402
+
+
+def _call_case(rng, op: str):
+    """Random inputs of ``op`` (float64 NumPy) with grouped heads and spec 1.2 arguments,
+    including a KV cache with per-item valid lengths (no segments or lengths with a cache)."""
+    b, g = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    h, l_q, l_k, d_k, d_v = g * int(rng.integers(1, 3)), *(int(x) for x in rng.integers(1, [7, 7, 5, 5]))
+    kw = {"lse": True}
+    cached = rng.random() < 0.4
+    if cached:
+        l_past = int(rng.integers(0, 6))
+        kw["past_key"] = rng.standard_normal((b, g, l_past, d_k))
+        kw["past_value"] = rng.standard_normal((b, g, l_past, d_v))
+        if rng.random() < 0.7:
+            kw["past_lengths"] = rng.integers(0, l_past + 1, b)
+        kw["causal"] = (None, "bottom_right")[int(rng.integers(2))]
+        diagonal = "bottom_right"
+    else:
+        kw["causal"] = (None, "top_left", "bottom_right")[int(rng.integers(3))]
+        diagonal = kw["causal"] or ("top_left", "bottom_right")[int(rng.integers(2))]
+        if rng.random() < 0.5:
+            kw["q_segment_ids"] = rng.integers(0, 2, (b, l_q))
+            kw["kv_segment_ids"] = rng.integers(0, 2, (b, l_k))
+        if rng.random() < 0.3:
+            kw["key_value_seq_lengths"] = rng.integers(0, l_k + 1, b)
+    if rng.random() < 0.5:
+        kw["softcap"] = float(rng.choice([0.3, 1.0, 20.0]))
+    if rng.random() < 0.5:
+        kw["window"] = tuple(None if rng.random() < 0.3 else int(rng.integers(0, 3)) for _ in range(2))
+    if rng.random() < 0.4:
+        kw["alibi_slopes"] = rng.random((h,))
+    if ("window" in kw or "alibi_slopes" in kw) and kw["causal"] is None:
+        kw["alignment"] = diagonal
+    if op == "sdpa":
+        x = {"q": rng.standard_normal((b, h, l_q, d_k)) * 2, "k": rng.standard_normal((b, g, l_k, d_k)),
+             "v": rng.standard_normal((b, g, l_k, d_v))}
+    else:
+        d_model = 5
+        x = {"query": rng.standard_normal((b, l_q, d_model)), "key": rng.standard_normal((b, l_k, 4)),
+             "value": rng.standard_normal((b, l_k, 3)),
+             "params": MHAParams(rng.standard_normal((d_model, h * d_k)), rng.standard_normal((4, g * d_k)),
+                                 rng.standard_normal((3, g * d_v)), rng.standard_normal((h * d_v, 6)),
+                                 rng.standard_normal(h * d_k), None, rng.standard_normal(g * d_v), None)}
+    return x, kw, h, g
+
+
+def _backend_call(backend, op, x, kw, h, g, dtype):
+    def conv(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        return backend.asarray(a, dtype="int64" if a.dtype.kind == "i" else dtype)
+
+    kw = {n: conv(a) for n, a in kw.items()}
+    if op == "sdpa":
+        return backend.scaled_dot_product_attention(conv(x["q"]), conv(x["k"]), conv(x["v"]), **kw)
+    params = MHAParams(*(None if p is None else conv(p) for p in x["params"]))
+    return backend.multi_head_attention(conv(x["query"]), conv(x["key"]), conv(x["value"]), params,
+                                        num_heads=h, num_kv_heads=g, **kw)
+
+
+@pytest.mark.parametrize("dtype, atol", [("float64", 1e-12), ("float32", 2e-5)])
+@pytest.mark.parametrize("op", ["sdpa", "mha"])
+def test_feature_calls_agree_with_the_oracle(op, dtype, atol):
+    """Both operations with grouped heads, softcap, windows, ALiBi, segments, lengths and the KV
+    cache, lse asked for, in blocks of 2 x 3: output, lse and the present cache vs the oracle."""
+    backend = ChunkedNumpyBackend(block_q=2, block_k=3)
+    rng = np.random.default_rng([len(op), len(dtype)])
+    for _ in range(60):
+        x, kw, h, g = _call_case(rng, op)
+        reference = {n: a for n, a in kw.items() if n != "lse"}
+        if op == "sdpa":
+            want = oracle.attention_result(x["q"], x["k"], x["v"], precision=dtype, **reference)
+        else:
+            want = oracle.multi_head_attention_result(
+                x["query"], x["key"], x["value"], oracle.Params(*x["params"]), num_heads=h,
+                num_kv_heads=g, precision=dtype, **reference)
+        got = _backend_call(backend, op, x, kw, h, g, dtype)
+        assert isinstance(got, AttentionOutputs) and got.weights is None
+        np.testing.assert_allclose(got.output, want.output, rtol=0, atol=atol, err_msg=str(kw))
+        np.testing.assert_array_equal(np.isneginf(got.lse), np.isneginf(want.lse), err_msg=str(kw))
+        finite = np.isfinite(want.lse)
+        np.testing.assert_allclose(got.lse[finite], want.lse[finite], rtol=0, atol=10 * atol)
+        if "past_key" not in kw:
+            assert got.present_key is None and got.present_lengths is None
+            continue
+        np.testing.assert_array_equal(got.present_lengths, want.present_lengths)
+        for field in ("present_key", "present_value"):
+            np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=0,
+                                       atol=0 if op == "sdpa" else atol)
+
+
+def test_without_lse_or_cache_a_feature_call_returns_a_pair():
+    rng = np.random.default_rng(8)
+    q, k, v = rng.standard_normal((1, 2, 4, 3)), rng.standard_normal((1, 1, 5, 3)), \
+        rng.standard_normal((1, 1, 5, 3))
+    out, weights = ChunkedNumpyBackend(block_q=2, block_k=2).scaled_dot_product_attention(
+        q, k, v, softcap=1.0, window=(1, 1), causal="bottom_right")
+    want = oracle.attention_result(q, k, v, softcap=1.0, window=(1, 1), causal="bottom_right")
+    assert weights is None
+    np.testing.assert_allclose(out, want.output, rtol=0, atol=1e-12)
+
+
+def test_capabilities_are_every_feature_but_weights_and_gradients():
+    assert set(ChunkedNumpyBackend.capabilities) == set(CAPABILITIES) - {"weights", "grad"}
