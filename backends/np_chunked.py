@@ -138,12 +138,13 @@ class Blocks(NamedTuple):
 
 
 def choose_blocks(heads: int, len_q: int, len_k: int, block_q: int | None = None,
-                  block_k: int | None = None) -> Blocks:
-    """Block sizes for ``heads`` heads of (L_q, L_k) logits: at most :data:`BLOCK_ELEMENTS`
-    logits per block unless ``block_q`` / ``block_k`` are given."""
+                  block_k: int | None = None, *, elements: int | None = None) -> Blocks:
+    """Block sizes for ``heads`` heads of (L_q, L_k) logits: at most ``elements`` (default
+    :data:`BLOCK_ELEMENTS`) logits per block unless ``block_q`` / ``block_k`` are given."""
+    elements = elements or BLOCK_ELEMENTS
     block_k = block_k or min(len_k, BLOCK_K)
-    block_q = block_q or max(1, min(len_q, BLOCK_ELEMENTS // max(1, block_k)))
-    group = max(1, min(heads, BLOCK_ELEMENTS // max(1, block_q * block_k)))
+    block_q = block_q or max(1, min(len_q, elements // max(1, block_k)))
+    group = max(1, min(heads, elements // max(1, block_q * block_k)))
     return Blocks(block_q, block_k, group)
 
 
@@ -329,7 +330,8 @@ class ChunkedNumpyBackend(NumpyBackend):
         out, row_lse = blockwise_attention(
             q, k, v, scale=masks.scale, allowed=allowed,
             additive=self._additive(masks.bias, masks.legacy_mask), alibi=masks.alibi,
-            softcap=masks.softcap, lse=bool(lse), blocks=self._choose(q, k))
+            softcap=masks.softcap, lse=bool(lse),
+            blocks=self._choose(q, k, alibi=masks.alibi is not None))
         return out, None, row_lse
 
     def _attend(self, q, k, v, allowed, additive, scale):
@@ -338,9 +340,14 @@ class ChunkedNumpyBackend(NumpyBackend):
                                      blocks=self._choose(q, k))
         return out, None
 
-    def _choose(self, q, k) -> Blocks:
+    def _choose(self, q, k, *, alibi: bool = False) -> Blocks:
+        """The blocks of a call; with ALiBi a quarter of :data:`BLOCK_ELEMENTS` logits in key
+        blocks a quarter as long, since a block's bias is built in float64 (three temporaries of
+        8 bytes per logit)."""
+        block_k = self.block_k or (BLOCK_K // 4 if alibi else None)
         return choose_blocks(q.shape[-3] if q.ndim >= 3 else 1, q.shape[-2], k.shape[-2],
-                             self.block_q, self.block_k)
+                             self.block_q, block_k,
+                             elements=BLOCK_ELEMENTS // 4 if alibi else BLOCK_ELEMENTS)
 
 
 def _present_index(feats: Features, len_k: int) -> np.ndarray | None:
