@@ -235,8 +235,8 @@ def report(data: dict) -> str:
                           ["numpy-chunked, spec 1.2 call",
                            _fmt_mem(mf) if "error" not in mf else mf["error"],
                            f"{mf['time_s']:.1f}" if "time_s" in mf else "—",
-                           f"causal, window (L/4, 0), softcap, ALiBi, two segments, lse: masks "
-                           f"and ALiBi built per block"],
+                           "causal, window (L/4, 0), softcap, ALiBi, two segments, lse: masks "
+                           "and ALiBi built per block"],
                           ["numpy-batched", f"≥ {naive / 2 ** 20:.0f} (estimate)", "not run",
                            "the (B, h, L, L) float32 logits/weights array alone: "
                            f"{b}·{HEADS}·{n}²·4 bytes"]]), ""]
