@@ -15,6 +15,13 @@ spans whole heads rather than all heads at once, so its matrix products are few 
 BLAS call per head and block: many small calls cost more than their arithmetic when the cores
 are busy).
 
+Spec 1.2 (:func:`blockwise_attention`): per block the logits are soft-capped after the scale and
+before bias and masks, ALiBi is added (:func:`positions.alibi_bias` on the block's rows and
+columns), and the structural mask (segments, sequence lengths, cache padding, causal and the window
+on positions) is built by :func:`positions.structural_allowed` for the block alone; key blocks
+that the causal mask or the window leaves empty are skipped. Grouped key/value heads are indexed,
+not repeated. The log-sum-exp of a row is ``m + log l`` (-inf when nothing was allowed).
+
 The attention weights are never formed, so this backend does not claim the ``weights`` capability:
 both operations return ``None`` for them. float16 inputs are computed in float32 and the result is
 rounded to float16.

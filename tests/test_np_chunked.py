@@ -1,10 +1,13 @@
-"""numpy-chunked's blocks: any block sizes, masks cut per head and block, agree with the oracle."""
+"""numpy-chunked's blocks: any block sizes, masks cut per head and block, agree with the oracle;
+the blockwise kernel and the backend's spec 1.2 calls (grouped heads, softcap, windows, ALiBi,
+segments, sequence lengths, the KV cache, lse) against ``oracle.attention_result``."""
 
 import numpy as np
 import pytest
 
-from mhaspec.backends import np_chunked
-from mhaspec.backends.np_chunked import ChunkedNumpyBackend
+from mhaspec.backends import CAPABILITIES, AttentionOutputs, MHAParams, np_chunked, positions
+from mhaspec.backends.np_chunked import (Alibi, BlockMask, Blocks, ChunkedNumpyBackend,
+                                         blockwise_attention)
 from mhaspec.spec import oracle
 
 
@@ -42,9 +45,6 @@ def test_long_rows_are_split_into_key_blocks_and_heads_into_groups(monkeypatch):
 
 
 # -- the blockwise kernel with the spec 1.2 features, against oracle.attention_result ------------
-
-from mhaspec.backends import positions  # noqa: E402
-from mhaspec.backends.np_chunked import Alibi, Blocks, BlockMask, blockwise_attention  # noqa: E402
 
 ALIGNMENTS = ("top_left", "bottom_right")
 
@@ -153,14 +153,13 @@ def test_kernel_skips_blocks_the_window_blocks(monkeypatch):
 
 # -- the backend's spec 1.2 calls (validation and plumbing of the generic layer, this kernel) ----
 
-from mhaspec.backends import CAPABILITIES, AttentionOutputs, MHAParams  # noqa: E402
-
 
 def _call_case(rng, op: str):
     """Random inputs of ``op`` (float64 NumPy) with grouped heads and spec 1.2 arguments,
     including a KV cache with per-item valid lengths (no segments or lengths with a cache)."""
     b, g = int(rng.integers(1, 3)), int(rng.integers(1, 3))
-    h, l_q, l_k, d_k, d_v = g * int(rng.integers(1, 3)), *(int(x) for x in rng.integers(1, [7, 7, 5, 5]))
+    h = g * int(rng.integers(1, 3))
+    l_q, l_k, d_k, d_v = (int(x) for x in rng.integers(1, [7, 7, 5, 5]))
     kw = {"lse": True}
     cached = rng.random() < 0.4
     if cached:
@@ -182,21 +181,22 @@ def _call_case(rng, op: str):
     if rng.random() < 0.5:
         kw["softcap"] = float(rng.choice([0.3, 1.0, 20.0]))
     if rng.random() < 0.5:
-        kw["window"] = tuple(None if rng.random() < 0.3 else int(rng.integers(0, 3)) for _ in range(2))
+        kw["window"] = tuple(None if rng.random() < 0.3 else int(rng.integers(0, 3))
+                             for _ in range(2))
     if rng.random() < 0.4:
         kw["alibi_slopes"] = rng.random((h,))
     if ("window" in kw or "alibi_slopes" in kw) and kw["causal"] is None:
         kw["alignment"] = diagonal
+    normal = rng.standard_normal
     if op == "sdpa":
-        x = {"q": rng.standard_normal((b, h, l_q, d_k)) * 2, "k": rng.standard_normal((b, g, l_k, d_k)),
-             "v": rng.standard_normal((b, g, l_k, d_v))}
-    else:
-        d_model = 5
-        x = {"query": rng.standard_normal((b, l_q, d_model)), "key": rng.standard_normal((b, l_k, 4)),
-             "value": rng.standard_normal((b, l_k, 3)),
-             "params": MHAParams(rng.standard_normal((d_model, h * d_k)), rng.standard_normal((4, g * d_k)),
-                                 rng.standard_normal((3, g * d_v)), rng.standard_normal((h * d_v, 6)),
-                                 rng.standard_normal(h * d_k), None, rng.standard_normal(g * d_v), None)}
+        x = {"q": normal((b, h, l_q, d_k)) * 2, "k": normal((b, g, l_k, d_k)),
+             "v": normal((b, g, l_k, d_v))}
+    else:  # d_model 5, k_dim 4, v_dim 3, d_out 6; biases b_q and b_v only
+        x = {"query": normal((b, l_q, 5)), "key": normal((b, l_k, 4)),
+             "value": normal((b, l_k, 3)),
+             "params": MHAParams(normal((5, h * d_k)), normal((4, g * d_k)), normal((3, g * d_v)),
+                                 normal((h * d_v, 6)), normal(h * d_k), None, normal(g * d_v),
+                                 None)}
     return x, kw, h, g
 
 
