@@ -129,13 +129,23 @@ class JitJaxDPA(JaxDPA):
         if self._jitted is None:
             self._jitted = _jax().jit(self._native_sdpa_static, static_argnames=("causal", "scale"))
         _jax_compile_budget.tick(_jax())
-        arrays = masks._replace(causal=None, scale=None)
+        full = (*self._shape(q)[:3], self._shape(k)[2])
+        arrays = masks._replace(causal=None, scale=None,
+                                **{n: _broadcast(getattr(masks, n), full)
+                                   for n in ("mask", "bias", "legacy_mask")})
         return self._jitted(q, k, v, arrays, causal=masks.causal, scale=masks.scale), None
 
     def _native_sdpa_static(self, q, k, v, arrays: MaskArgs, *, causal, scale):
         """:meth:`_native_sdpa` with the mask arrays traced and ``causal`` and ``scale`` static
         (the op needs them as Python values)."""
         return self._native_sdpa(q, k, v, arrays._replace(causal=causal, scale=scale))
+
+
+def _broadcast(m, full: tuple[int, ...]):
+    """A mask or bias broadcast to the full (B, h, L_q, L_k) shape (None stays None): the values
+    are those the op would broadcast to, and calls whose masks differ only in their broadcast
+    shape share one compilation."""
+    return None if m is None else _jnp().broadcast_to(m, full)
 
 
 DPA = JaxDPA("jax-dpa")

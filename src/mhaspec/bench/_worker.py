@@ -3,8 +3,9 @@
 Axis legend: B batch, L sequence length (self-attention, L_q = L_k = L), h heads, d_model width.
 
 ``python -m mhaspec.bench._worker time FRAMEWORK SPEC`` times every variant of one framework over the
-sizes in SPEC (JSON); ``memory NAME B L ...`` runs one forward pass of one variant and reports the
-peak resident memory it added (and tracemalloc's peak for NumPy variants); ``headline ...`` times
+sizes in SPEC (JSON); ``memory NAME B L D_MODEL H [features]`` runs one forward pass of one variant
+(with ``features``: a spec 1.2 call) and reports the peak resident memory it added (and
+tracemalloc's peak for NumPy variants); ``headline ...`` times
 NumPy batched, NumPy per-head and PyTorch's fused ``nn.MultiheadAttention`` in one process;
 ``pair NAME,NAME B L D_MODEL H ROUNDS`` times variants against each other in one process.
 """
@@ -90,14 +91,29 @@ def matmul_roof(framework: str, n: int = 2048, reps: int = 5) -> float:
 
 
 # -- the callables: protocol backends and native references --------------------------------------
-def protocol_call(name: str, batch, length, d_model, heads, *, backward=False):
-    """A zero-argument forward (or forward+backward) of the registered backend ``name``."""
+def feature_arguments(be, batch: int, length: int, heads: int) -> dict:
+    """Spec 1.2 arguments of a long-context call, as ``be``'s arrays: bottom-right causal, a
+    window of L/4 keys back, soft-capping, ALiBi, two packed segments per item and the lse."""
+    segments = (np.arange(length)[None, :] >= length // 2).astype(np.int64).repeat(batch, axis=0)
+    slopes = 2.0 ** -np.arange(1, heads + 1, dtype=np.float64)
+    return {"causal": "bottom_right", "window": (length // 4, 0), "softcap": 30.0,
+            "alibi_slopes": be.asarray(slopes, dtype="float32"),
+            "q_segment_ids": be.asarray(segments, dtype="int64"),
+            "kv_segment_ids": be.asarray(segments, dtype="int64"), "lse": True}
+
+
+def protocol_call(name: str, batch, length, d_model, heads, *, backward=False, features=False):
+    """A zero-argument forward (or forward+backward) of the registered backend ``name``; with
+    ``features``, a spec 1.2 call (:func:`feature_arguments`, forward only)."""
     from mhaspec.backends import MHAParams, load_backend
 
     be = load_backend(name)
     x, ps = make_inputs(batch, length, d_model, heads)
     xa = be.asarray(x, dtype="float32")
     pa = [be.asarray(p, dtype="float32") for p in ps]
+    if features:
+        kw = feature_arguments(be, batch, length, heads)
+        return lambda: be.multi_head_attention(xa, xa, xa, MHAParams(*pa), num_heads=heads, **kw)
     if backward:
         for t in (xa, *pa):
             t.requires_grad_(True)
@@ -235,10 +251,13 @@ def _current_rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int) -> dict:
+def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int,
+               features: bool = False) -> dict:
     """One forward pass in this fresh process: peak RSS added over the state after building the
-    inputs (imports, inputs and parameters excluded); tracemalloc's peak for NumPy variants."""
-    fn = make_call(name, batch, length, d_model, heads)
+    inputs (imports, inputs and parameters excluded); tracemalloc's peak for NumPy variants.
+    ``features``: the spec 1.2 call of :func:`feature_arguments`."""
+    fn = protocol_call(name, batch, length, d_model, heads, features=True) if features else \
+        make_call(name, batch, length, d_model, heads)
     base_rss = _current_rss_bytes()
     base_peak = _peak_rss_bytes()
     numpy_variant = name.startswith("numpy-")
@@ -252,7 +271,7 @@ def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int) -> 
         tracemalloc.stop()
     peak = _peak_rss_bytes()
     return {"name": name, "B": batch, "L": length, "d_model": d_model, "h": heads,
-            "peak_rss_bytes": peak, "added_rss_bytes": max(0, peak - max(base_rss, 0)),
+            "features": features, "peak_rss_bytes": peak, "added_rss_bytes": max(0, peak - max(base_rss, 0)),
             "rss_before_bytes": base_rss, "peak_before_bytes": base_peak,
             "tracemalloc_peak_bytes": traced, "time_s": elapsed}
 
@@ -310,7 +329,7 @@ def main(argv: list[str]) -> None:
     elif cmd == "roof":
         out = {"gflops": matmul_roof(argv[1])}
     elif cmd == "memory":
-        out = cmd_memory(argv[1], *(int(a) for a in argv[2:6]))
+        out = cmd_memory(argv[1], *(int(a) for a in argv[2:6]), features=argv[6:7] == ["features"])
     elif cmd == "headline":
         out = cmd_headline(*(int(a) for a in argv[1:6]))
     elif cmd == "pair":
