@@ -1,12 +1,12 @@
 """The spec 1.2 features of the backends built on the generic algorithms, against the oracle.
 
-Every registered backend that computes with ``ArrayBackend``'s own algorithms (NumPy, PyTorch, JAX,
-TensorFlow; per-head, batched and compiled) claims every feature. Each feature alone and a few
+Every registered backend that computes with the generic algorithms and their dense kernel (NumPy,
+PyTorch, JAX, TensorFlow; per-head, batched and compiled) claims every feature. Each feature alone and a few
 combinations are compared with ``spec.oracle.attention_result`` / ``multi_head_attention_result``:
 float64 within 1e-10 relative, float32 within 1e-4; the present cache of attention is compared
 exactly (it is a copy of its inputs); every error rule of the draft clauses raises ValueError
-naming its argument. The native adapters (their framework's op computes) and numpy-chunked (its own
-kernel) have their own tests. Shapes are few and small, so the compiled variants compile a few
+naming its argument. The native adapters (their framework's op computes) and numpy-chunked (its
+blockwise kernel) have their own tests. Shapes are few and small, so the compiled variants compile a few
 times only.
 
 Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
@@ -20,9 +20,8 @@ import copy
 import numpy as np
 import pytest
 
-from mhaspec.backends import (AttentionOutputs, BackendLoadError, MHAParams, load_backend,
-                              registered_backends)
-from mhaspec.backends._generic import ArrayBackend
+from mhaspec.backends import (Algorithm, AttentionOutputs, BackendLoadError, MHAParams,
+                              load_backend, registered_backends)
 from mhaspec.spec import oracle
 
 B, H, G, L_Q, L_K, L_PAST, D_K, D_V = 2, 4, 2, 3, 5, 3, 4, 3
@@ -33,15 +32,17 @@ FEATURES = ("softcap", "window", "alibi", "segments", "kv_cache", "lse")
 
 
 def _generic_backends() -> list[str]:
-    """Registered backends computing with ArrayBackend's own algorithms and kernel."""
+    """Registered backends that run one of the generic algorithms with its dense kernel, which
+    forms the weights: not the native adapters (``native_op``: the framework's op computes) nor
+    a blockwise kernel that forms no weights (numpy-chunked: tests/test_np_chunked.py)."""
     names = []
     for name in sorted(registered_backends()):
         try:
             backend = load_backend(name)
         except BackendLoadError:
             continue  # an adapter whose framework is missing: not a generic backend
-        if isinstance(backend, ArrayBackend) and not hasattr(backend, "native_op") \
-                and type(backend)._attend is ArrayBackend._attend:
+        if isinstance(getattr(backend, "algorithm", None), Algorithm) \
+                and not getattr(backend, "native_op", "") and "weights" in backend.capabilities:
             names.append(name)
     return names
 
