@@ -161,6 +161,14 @@ class ArrayBackend(Backend):
     def _tanh(self, x):
         raise NotImplementedError
 
+    def _to_float32(self, x):
+        """``x`` converted to float32 (the soft-cap's working precision for float16/bfloat16)."""
+        raise NotImplementedError
+
+    def _cast_like(self, x, like):
+        """``x`` converted to ``like``'s dtype."""
+        raise NotImplementedError
+
     def _log(self, x):
         raise NotImplementedError
 
@@ -579,7 +587,7 @@ class ArrayBackend(Backend):
             return out, logits, self._drop_last(self._where(zeros != 0, zeros, -np.inf))
         logits = self._imul(logits, scale)
         if softcap is not None:
-            logits = self._imul(self._tanh(self._idiv(logits, softcap)), softcap)
+            logits = self._soft_cap(logits, softcap)
         for term in additive:
             logits = self._iadd(logits, term)
         if allowed is not None:
@@ -596,6 +604,17 @@ class ArrayBackend(Backend):
             return out, weights, None
         return out, weights, self._drop_last(
             self._where(nonempty, row_max + self._log(safe_total), -np.inf))
+
+    def _soft_cap(self, logits, softcap):
+        """``c·tanh(S/c)`` (SOFTCAP-1). float16/bfloat16 logits are capped in float32 and rounded
+        back once: c itself may lie outside their range (c = 1e6 is inf in float16, and
+        ``S/inf · inf`` is NaN), and the extra rounding of ``S/c`` would add error NUM-3 does not
+        budget for."""
+        if self._dtype_name(logits) in ("float16", "bfloat16"):
+            wide = self._to_float32(logits)
+            return self._cast_like(self._imul(self._tanh(self._idiv(wide, softcap)), softcap),
+                                   logits)
+        return self._imul(self._tanh(self._idiv(logits, softcap)), softcap)
 
     def _drop_last(self, x):
         """(..., n, 1) -> (..., n)."""

@@ -110,6 +110,12 @@ class JaxBackend(ArrayBackend):
     def _constant_as(self, array: np.ndarray, like):
         return _jnp().asarray(array, dtype=like.dtype)
 
+    def _to_float32(self, x):
+        return x.astype(_jnp().float32)
+
+    def _cast_like(self, x, like):
+        return x.astype(like.dtype)
+
     def _tanh(self, x):
         return _jnp().tanh(x)
 

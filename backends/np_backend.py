@@ -73,6 +73,12 @@ class NumpyBackend(ArrayBackend):
     def _full(self, shape, value: float, like):
         return np.full(shape, value, dtype=like.dtype)
 
+    def _to_float32(self, x):
+        return x.astype(np.float32)
+
+    def _cast_like(self, x, like):
+        return x.astype(like.dtype)
+
     def _tanh(self, x):
         return np.tanh(x)
 

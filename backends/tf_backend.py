@@ -104,6 +104,12 @@ class TensorFlowBackend(ArrayBackend):
         tf = _tf()
         return tf.cast(tf.constant(array), like.dtype)
 
+    def _to_float32(self, x):
+        return _tf().cast(x, _tf().float32)
+
+    def _cast_like(self, x, like):
+        return _tf().cast(x, like.dtype)
+
     def _tanh(self, x):
         return _tf().math.tanh(x)
 
@@ -148,11 +154,13 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         return self._compiled[key]
 
     def _canonical(self, like, full, masks: MaskArgs) -> MaskArgs:
-        """Canonical masks, and the scale and soft-cap as tensors (no retrace per value)."""
+        """Canonical masks, and the scale and soft-cap as tensors (no retrace per value); the
+        soft-cap in float32 for float16/bfloat16 (:meth:`_soft_cap` works in float32 there)."""
         tf = _tf()
         masks = self._canonical_masks(like, full, masks)
+        cap_dtype = tf.float32 if like.dtype in (tf.float16, tf.bfloat16) else like.dtype
         softcap = None if masks.softcap is None else tf.convert_to_tensor(masks.softcap,
-                                                                          dtype=like.dtype)
+                                                                          dtype=cap_dtype)
         return masks._replace(scale=tf.convert_to_tensor(masks.scale, dtype=like.dtype),
                               softcap=softcap)
 

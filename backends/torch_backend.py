@@ -97,6 +97,12 @@ class TorchBackend(ArrayBackend):
     def _full(self, shape, value: float, like):
         return _torch().full(shape, value, dtype=like.dtype, device=like.device)
 
+    def _to_float32(self, x):
+        return x.float()
+
+    def _cast_like(self, x, like):
+        return x.to(like.dtype)
+
     def _tanh(self, x):
         return x.tanh()
 
