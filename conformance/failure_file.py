@@ -13,14 +13,17 @@ A failure file is a NumPy ``.npz`` (a zip of ``.npy`` members, written uncompres
 * the case's float64 arrays: SDPA ``q`` (B, h, L_q, d_k), ``k`` (B, h, L_k, d_k), ``v`` (B, h, L_k, d_v);
   MHA ``query`` (B, L_q, d_model), ``key`` (B, L_k, k_dim), ``value`` (B, L_k, v_dim) and
   ``param_w_q`` ... ``param_b_o``; optional ``mask`` and ``key_padding_mask`` (boolean), ``bias`` and
-  ``legacy_mask`` (float).
+  ``legacy_mask`` (float); spec 1.2's feature arrays ``alibi_slopes``, ``past_key``,
+  ``past_value`` (float) and ``q_segment_ids``, ``kv_segment_ids``, ``query_seq_lengths``,
+  ``key_value_seq_lengths``, ``past_lengths`` (integer: int32 or int64, these fields only).
 
 :func:`read_case` treats the file as untrusted: it reads the zip end record, the zip directory and
 each ``.npy`` header (a few hundred bytes) first, and refuses the file -- before any array is
 decompressed or allocated -- when it has more members than a case can, a member is unknown or
 compressed more than :data:`MAX_COMPRESSION_RATIO` to 1, the metadata is malformed (unknown or
 missing fields, duplicate keys, wrong types, an unknown op, dtype or spec version), an array is not
-of its field's kind (complex, integer, structured and object arrays are refused, never cast), the
+of its field's kind (complex, structured and object arrays are refused, never cast; integer arrays
+only for the integer fields of the features, float arrays never there), the
 shapes disagree with the recorded sizes, a header disagrees with the member's size, or the declared
 sizes -- or the results a check would compute (:func:`work_bytes`) -- exceed ``max_bytes``. Every
 refusal is a :class:`FailureFileError` with a one-line message.
@@ -40,6 +43,8 @@ import numpy as np
 from mhaspec.backends import ALL_DTYPES
 from mhaspec.spec import oracle
 
+from . import features
+from .features import INTEGER_ARRAYS, FeatureArrays, key_length
 from .strategies import Case, CaseSpec
 
 FORMAT = "mhaspec-replay/1"
@@ -53,13 +58,17 @@ MAX_COMPRESSION_RATIO = 100
 INPUTS = ("q", "k", "v", "query", "key", "value")
 MASKS = ("mask", "bias", "legacy_mask", "key_padding_mask")
 PARAMS = tuple(f"param_{n}" for n in oracle.Params._fields)
+FEATURE_FIELDS = FeatureArrays._fields
 ARRAY_FIELDS = INPUTS + MASKS
 BOOLEAN_FIELDS = ("mask", "key_padding_mask")
+#: Fields whose arrays hold integers (segment ids, lengths): int32 or int64, nothing else.
+INTEGER_FIELDS = INTEGER_ARRAYS
 META_FIELDS = frozenset({"format", "spec_version", "op", "clause", "backend", "device", "dtype",
                          "spec", "overrides"})
 OPTIONAL_META_FIELDS = frozenset({"aliases"})
-#: Most members a failure file may have (meta, six inputs, four masks, eight parameters).
-MAX_MEMBERS = 19
+#: Most members a failure file may have (meta, six inputs, four masks, eight parameters, eight
+#: feature arrays).
+MAX_MEMBERS = 27
 
 
 class FailureFileError(ValueError):
@@ -93,6 +102,7 @@ def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
             arrays[field] = np.asarray(x)
     arrays.update({f"param_{n}": np.asarray(p) for n, p in case.params._asdict().items()
                    if p is not None})
+    arrays.update({n: np.asarray(x) for n, x in case.features._asdict().items() if x is not None})
     meta = {"format": FORMAT, "spec_version": SPEC_VERSION, "op": op, "clause": clause,
             "backend": backend_ref, "device": impl.device, "dtype": impl.dtype,
             "spec": case.spec._asdict(), "aliases": aliases,
@@ -160,7 +170,7 @@ def _check_end_record(path, size: int) -> None:
 
 def _check_directory(path, archive: zipfile.ZipFile, max_bytes: int) -> dict[str, zipfile.ZipInfo]:
     """Member name (without ``.npy``) -> its zip entry, after the directory-level checks."""
-    known = {"meta", *ARRAY_FIELDS, *PARAMS}
+    known = {"meta", *ARRAY_FIELDS, *PARAMS, *FEATURE_FIELDS}
     members: dict[str, zipfile.ZipInfo] = {}
     total = 0
     for info in archive.infolist():
@@ -219,11 +229,12 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
                                     ("bias", spec.bias_shape is not None),
                                     ("legacy_mask", spec.legacy_shape is not None),
                                     ("key_padding_mask", spec.key_padding)) if on)
+    needed += tuple(f for f in FEATURE_FIELDS if expected[f] is not None)
     missing = [f for f in needed if f not in members and f not in aliases]
     if missing:
         raise FailureFileError(f"{path}: op {meta['op']!r} with these options needs arrays "
                                f"{', '.join(missing)}, which the file lacks")
-    for field in MASKS:
+    for field in MASKS + FEATURE_FIELDS:
         if field in members and field not in needed:
             raise FailureFileError(f"{path}: array {field!r} present but the recorded case has none")
     for field, same in aliases.items():
@@ -236,6 +247,10 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
         if name in BOOLEAN_FIELDS:
             if dtype.kind != "b":
                 raise FailureFileError(f"{path}: array {name!r} must be boolean, is {dtype}")
+        elif name in INTEGER_FIELDS:
+            if dtype.kind != "i" or dtype.itemsize not in (4, 8):
+                raise FailureFileError(f"{path}: array {name!r} must be int32 or int64, is {dtype} "
+                                       f"(refused, not cast)")
         elif dtype.kind != "f" or dtype.itemsize > 8:
             raise FailureFileError(f"{path}: array {name!r} must be float16/32/64, is {dtype} "
                                    f"(refused, not cast)")
@@ -257,7 +272,7 @@ def work_bytes(spec: CaseSpec) -> int:
     """Bytes of the float64 arrays one check of ``spec`` computes that the file does not hold: the
     weights (B, h, L_q, L_k), the per-head output (B, h, L_q, d_v), the projections (B, L_q, h*d_k),
     (B, L_k, h*d_k), (B, L_k, h*d_v) and the output (B, L_q, d_out)."""
-    b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
+    b, h, lq, lk = spec.batch, spec.heads, spec.len_q, key_length(spec)
     return 8 * (b * h * lq * lk + b * h * lq * spec.d_v + b * lq * h * spec.d_k
                 + b * lk * h * (spec.d_k + spec.d_v) + b * lq * spec.d_out)
 
@@ -268,13 +283,23 @@ def expected_shapes(spec: CaseSpec, *, kv_heads: int | None = None) -> dict[str,
     heads."""
     b, h, lq, lk = spec.batch, spec.heads, spec.len_q, spec.len_k
     g = kv_heads or h
+    g_sdpa = features.kv_heads(spec)  # grouped k, v of scaled dot-product attention (GQA-1)
     d_in_k = spec.d_model if spec.self_attention else spec.k_dim
     d_in_v = spec.d_model if spec.self_attention else spec.v_dim
+    past = spec.past_len
     return {
-        "q": (b, h, lq, spec.d_k), "k": (b, h, lk, spec.d_k), "v": (b, h, lk, spec.d_v),
+        "q": (b, h, lq, spec.d_k), "k": (b, g_sdpa, lk, spec.d_k), "v": (b, g_sdpa, lk, spec.d_v),
         "query": (b, lq, spec.d_model), "key": (b, lk, spec.k_dim), "value": (b, lk, spec.v_dim),
         "mask": spec.mask_shape, "bias": spec.bias_shape, "legacy_mask": spec.legacy_shape,
-        "key_padding_mask": (b, lk) if spec.key_padding else None,
+        "key_padding_mask": (b, key_length(spec)) if spec.key_padding else None,
+        "alibi_slopes": None if spec.alibi is None else (b, h) if spec.alibi == "per_batch" else (h,),
+        "q_segment_ids": None if spec.segments is None else (b, lq),
+        "kv_segment_ids": None if spec.segments is None else (b, lk),
+        "query_seq_lengths": (b,) if spec.seq_lengths in ("query", "both") else None,
+        "key_value_seq_lengths": (b,) if spec.seq_lengths in ("key_value", "both") else None,
+        "past_key": None if past is None else (b, g_sdpa, past, spec.d_k),
+        "past_value": None if past is None else (b, g_sdpa, past, spec.d_v),
+        "past_lengths": (b,) if past is not None and spec.past_valid else None,
         "param_w_q": (spec.d_model, h * spec.d_k), "param_w_k": (d_in_k, g * spec.d_k),
         "param_w_v": (d_in_v, g * spec.d_v), "param_w_o": (h * spec.d_v, spec.d_out),
         "param_b_q": (h * spec.d_k,), "param_b_k": (g * spec.d_k,), "param_b_v": (g * spec.d_v,),
@@ -359,12 +384,26 @@ SPEC_FIELD_CHECKS = {
     "causal": lambda x: x is None or x in oracle.CAUSAL_ALIGNMENTS,
     "seed": lambda x: _is_int(x, low=0),
     "extreme": lambda x: x is None or (isinstance(x, str) and len(x) <= 100),
+    # spec 1.2 features (mhaspec.conformance.features)
+    "kv_heads": lambda x: x is None or _is_int(x),
+    "softcap": lambda x: x is None or (_is_number(x) and x > 0),
+    "window": lambda x: x is None or (isinstance(x, list) and len(x) == 2 and all(
+        s is None or _is_int(s, low=0) for s in x)),
+    "alignment": lambda x: x is None or x in oracle.CAUSAL_ALIGNMENTS,
+    "alibi": lambda x: x is None or x in features.ALIBI_KINDS,
+    "segments": lambda x: x is None or x in features.SEGMENT_KINDS,
+    "seq_lengths": lambda x: x is None or x in features.LENGTH_KINDS,
+    "past_len": lambda x: x is None or _is_int(x, low=0),
+    "past_valid": lambda x: isinstance(x, bool),
+    "lse": lambda x: isinstance(x, bool),
 }
 
 
 #: keyword override a saved case may carry -> the check its value must pass
 OVERRIDE_CHECKS = {"causal": SPEC_FIELD_CHECKS["causal"], "scale": SPEC_FIELD_CHECKS["scale"],
-                   "num_kv_heads": _is_int, **{f: (lambda x: x is None) for f in MASKS}}
+                   "num_kv_heads": _is_int, **{f: (lambda x: x is None) for f in MASKS},
+                   **{f: (lambda x: x is None) for f in FEATURE_FIELDS},
+                   **{f: SPEC_FIELD_CHECKS[f] for f in ("softcap", "window", "alignment")}}
 
 
 def _case_spec(path, recorded: dict) -> CaseSpec:
@@ -387,4 +426,5 @@ def _case(spec: CaseSpec, arrays: dict[str, np.ndarray], aliases: dict[str, str]
     for field, same in aliases.items():
         arrays[field] = arrays[same]
     params = oracle.Params(**{n: arrays.get(f"param_{n}") for n in oracle.Params._fields})
-    return Case(spec, params=params, **{f: arrays.get(f) for f in ARRAY_FIELDS})
+    return Case(spec, params=params, **{f: arrays.get(f) for f in ARRAY_FIELDS},
+                features=FeatureArrays(**{f: arrays.get(f) for f in FEATURE_FIELDS}))

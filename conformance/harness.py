@@ -34,10 +34,10 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 import pytest
 
-from mhaspec.backends import MHAParams
+from mhaspec.backends import AttentionOutputs, MHAParams
 from mhaspec.spec import oracle
 
-from . import failure_file, tolerance
+from . import failure_file, features, tolerance
 from .strategies import Case, CaseSpec, build_case
 
 OPS = ("sdpa", "mha")
@@ -109,11 +109,17 @@ def call_with_limit(fn, seconds: float | None, what: str):
 
 class Result(NamedTuple):
     """A backend's output and weights as float NumPy arrays (weights None when not returned);
-    for the float64 oracle also NUM-3's softmax condition kappa."""
+    for the float64 oracle also NUM-3's softmax condition kappa. With ``lse=True`` or a KV cache
+    (spec 1.2) also the log-sum-exp (B, h, L_q) and the present cache (B, g, L_K, d_k / d_v) with
+    its lengths (B,); None where not returned."""
 
     out: np.ndarray
     weights: np.ndarray | None
     condition: float = 1.0
+    lse: np.ndarray | None = None
+    present_key: np.ndarray | None = None
+    present_value: np.ndarray | None = None
+    present_lengths: np.ndarray | None = None
 
 
 class Impl(NamedTuple):
@@ -135,11 +141,13 @@ class Impl(NamedTuple):
         return build_case(fit(spec, frozenset(self.backend.capabilities), self.dtype, op))
 
     def arr(self, x, dtype: str | None = None):
-        """NumPy -> backend array in this dtype (booleans stay boolean); None stays None."""
+        """NumPy -> backend array in this dtype (booleans stay boolean, integers -- segment ids and
+        lengths -- become "int64"); None stays None."""
         if x is None:
             return None
         if dtype is None:
-            dtype = "bool" if np.asarray(x).dtype == bool else self.dtype
+            kind = np.asarray(x).dtype.kind
+            dtype = "bool" if kind == "b" else "int64" if kind in "iu" else self.dtype
         return self.backend.asarray(np.asarray(x), dtype=dtype, device=self.device)
 
     def masks(self, case: Case) -> dict:
@@ -148,6 +156,12 @@ class Impl(NamedTuple):
         for name in ("mask", "bias", "legacy_mask", "key_padding_mask"):
             kw[name] = self.arr(kw[name])
         return kw
+
+    def call_kwargs(self, case: Case) -> dict:
+        """Every keyword argument of a call on ``case`` (:meth:`Case.call_kwargs`), arrays as
+        backend arrays: the masks, and the spec 1.2 features the case has."""
+        return {k: self.arr(v) if isinstance(v, np.ndarray) else v
+                for k, v in case.call_kwargs().items()}
 
     def params(self, params) -> MHAParams:
         """Projection parameters (``oracle.Params`` of NumPy arrays) as backend arrays."""
@@ -184,13 +198,16 @@ class Impl(NamedTuple):
         return run(self, "mha", case, **overrides)
 
     def result(self, out, weights=None) -> Result:
-        """A backend's (output, weights) as NumPy, after checking they live on this device."""
-        for x in (out, weights):
+        """A backend's (output, weights) -- or its :class:`AttentionOutputs` passed as ``out`` --
+        as NumPy, after checking they live on this device."""
+        parts = out._asdict() if isinstance(out, AttentionOutputs) else {"output": out,
+                                                                          "weights": weights}
+        for x in parts.values():
             if x is not None and self.device != "cpu":
                 on = self.backend.device_of(x)
                 assert on == self.device, f"result computed on {on!r}, not on {self.device!r}"
-        return Result(self.backend.to_numpy(out),
-                      None if weights is None else self.backend.to_numpy(weights))
+        got = {k: None if x is None else self.backend.to_numpy(x) for k, x in parts.items()}
+        return Result(got.pop("output"), got.pop("weights"), **got)
 
 
 def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
@@ -202,8 +219,8 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     "mha" may add ``num_kv_heads`` or replace ``params`` (an ``oracle.Params``). Raises ValueError
     for an unknown ``op``; the backend's own exceptions pass through; :class:`CallTimeout` past
     the run's per-call time limit."""
-    kw = {**impl.masks(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
-                                 for k, v in overrides.items() if k != "params"}}
+    kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
+                                       for k, v in overrides.items() if k != "params"}}
     if op == "sdpa":
         out = impl.call("scaled_dot_product_attention", impl.arr(case.q), impl.arr(case.k),
                         impl.arr(case.v), **kw)
@@ -213,12 +230,20 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
                         num_heads=case.spec.heads, **kw)
     else:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if isinstance(out, AttentionOutputs):
+        return impl.result(out)
     return impl.result(*out)
 
 
 def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:
     """Drop the optional features of ``spec`` a backend does not claim (they are reported "not
-    implemented" by the tests that need them) and the legacy mask in float16 (an error, ERR-9)."""
+    implemented" by the tests that need them) and the legacy mask in float16 (an error, ERR-9).
+    A causal mask dropped from a case with a window or ALiBi leaves its diagonal as
+    ``alignment``."""
+    if (spec.causal is not None and "causal" not in capabilities and spec.alignment is None
+            and (spec.window is not None or spec.alibi is not None)):
+        spec = spec._replace(alignment=spec.causal)
+    spec = features.fit_features(spec, capabilities, op)
     if spec.legacy_shape is not None and ("legacy_mask" not in capabilities or dtype == "float16"):
         spec = spec._replace(legacy_shape=None)
     if spec.bias_shape is not None and "bias" not in capabilities:
@@ -249,18 +274,33 @@ def _cached_oracle(spec: CaseSpec, op: str, precision: str) -> Result:
 
 
 def _run_oracle(case: Case, op: str, precision: str, **overrides) -> Result:
-    kw = {**case.mask_kwargs(), **overrides}
+    kw = {**case.call_kwargs(), **overrides}
     info: dict = {}
-    if op == "sdpa":
-        out, weights = oracle.attention(case.q, case.k, case.v, precision=precision, info=info, **kw)
+    if kw.pop("lse", False) or any(kw.get(name) is not None for name in oracle.FEATURES):
+        res = _oracle_result(case, op, precision, info, kw)  # spec 1.2: lse and the cache too
+    elif op == "sdpa":
+        res = oracle.attention(case.q, case.k, case.v, precision=precision, info=info, **kw)
     elif op == "mha":
         params = kw.pop("params", case.params)
-        out, weights = oracle.multi_head_attention(case.query, case.key, case.value, params,
-                                                   num_heads=case.spec.heads, precision=precision,
-                                                   info=info, **kw)
+        res = oracle.multi_head_attention(case.query, case.key, case.value, params,
+                                          num_heads=case.spec.heads, precision=precision,
+                                          info=info, **kw)
     else:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
-    return Result(out, weights, max(1.0, info.get("logit_condition", 0.0)))
+    return Result(*res[:2], max(1.0, info.get("logit_condition", 0.0)), *res[2:])
+
+
+def _oracle_result(case: Case, op: str, precision: str, info: dict, kw: dict):
+    """The oracle's :class:`~mhaspec.spec.oracle.AttentionResult` of ``op`` on ``case``."""
+    if op == "sdpa":
+        return oracle.attention_result(case.q, case.k, case.v, precision=precision, info=info,
+                                       **kw)
+    if op == "mha":
+        params = kw.pop("params", case.params)
+        return oracle.multi_head_attention_result(case.query, case.key, case.value, params,
+                                                  num_heads=case.spec.heads, precision=precision,
+                                                  info=info, **kw)
+    raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 
 class Reference(NamedTuple):
@@ -342,17 +382,45 @@ def allowance(case: Case, op: str, impl: Impl, ref: Reference | None = None) -> 
 
 
 class Check(NamedTuple):
-    """One judged part of a result: ``what`` is "output" or "weights"."""
+    """One judged part of a result: ``what`` is "output", "weights", "lse", "present_key" or
+    "present_value" (spec 1.2), or "present_lengths" (compared exactly)."""
 
     what: str
     verdict: tolerance.Verdict
 
 
+def lse_scale(lse: np.ndarray) -> float:
+    """LSE-1's magnitude scale: max(1, max |lse_i|) over the finite entries."""
+    return max(1.0, _finite_max_abs(lse))
+
+
+def lse_for_comparison(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """``got`` with every entry that is not -inf where the oracle's is -inf (an empty row, LSE-1)
+    replaced by 0, so it counts as an infinite error: -inf compares equal only to -inf."""
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != np.shape(expected):
+        return got
+    return np.where((expected == -np.inf) & (got != -np.inf), 0.0, got)
+
+
+def _exact(got: np.ndarray, want: np.ndarray) -> tolerance.Verdict:
+    """Integer results (present_lengths, CACHE-1): equal or not."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        raise AssertionError(f"shape {got.shape} where the spec requires {want.shape}")
+    wrong = np.argwhere(got != want)
+    where = None if wrong.size == 0 else tuple(int(i) for i in wrong[0])
+    error = 0.0 if where is None else float(np.max(np.abs(got.astype(np.float64) - want)))
+    return tolerance.Verdict(where is None, error, 0.0, 0.0, 0.0 if where is None else np.inf, where)
+
+
 def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
           overrides: dict | None = None, ref: Reference | None = None) -> list[Check]:
     """Judge ``got`` (from :func:`run` with the same ``overrides``) against the oracle under NUM-3:
-    the output, and the weights when returned. Returns one :class:`Check` per part, in that order;
-    records the worst ratio for ``clause`` on the running test; raises nothing for a mismatch.
+    the output, and the weights when returned; with spec 1.2's outputs also the log-sum-exp (scale
+    of LSE-1) and the present cache (scale: its largest magnitude; its lengths exactly). Returns
+    one :class:`Check` per part, in that order; records the worst ratio for ``clause`` on the
+    running test; raises nothing for a mismatch.
 
     Stable interface: ``ref`` lets a caller that already computed :func:`reference` (or the
     oracle of a modified call, e.g. grouped heads) pass it; otherwise it is computed once here.
@@ -369,12 +437,27 @@ def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
         if free.any() and got.weights.shape == expected.weights.shape:
             weights = [np.where(free, 0.0, w) for w in weights]
         parts.append(("weights", weights[0], weights[1], weights[2:], 1.0))
+    if got.lse is not None:
+        parts.append(("lse", lse_for_comparison(got.lse, expected.lse), expected.lse,
+                      [n.lse for n in naive], lse_scale(expected.lse)))
+    for what in ("present_key", "present_value"):
+        mine, want = getattr(got, what), getattr(expected, what)
+        if mine is not None or want is not None:
+            if mine is None or want is None:
+                raise AssertionError(f"{what} {'missing' if mine is None else 'returned'} where "
+                                     f"the spec {'requires' if mine is None else 'has'} one")
+            parts.append((what, mine, want, [getattr(n, what) for n in naive],
+                          _finite_max_abs(want)))
     checks = []
     for what, actual, exp, nv, scale in parts:
         verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=scale,
                                   sum_length=sum_length(case.spec), condition=expected.condition)
         record_ratio(clause, verdict.ratio)
         checks.append(Check(what, verdict))
+    if expected.present_lengths is not None:
+        if got.present_lengths is None:
+            raise AssertionError("present_lengths missing where the spec requires it (CACHE-1)")
+        checks.append(Check("present_lengths", _exact(got.present_lengths, expected.present_lengths)))
     return checks
 
 
@@ -382,14 +465,34 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
                   overrides: dict | None = None, ref: Reference | None = None,
                   context: str = "") -> None:
     """Assert ``got`` agrees with the oracle under NUM-3 (:func:`check`); the message names the
-    clause, the part, the error and a reproducer (and the saved case when the run saves them)."""
+    clause, the part, the error and a reproducer (and the saved case when the run saves them).
+    A float64 result whose error NUM-3 would allow in float32 says so (NUM-2's concern)."""
+    ref = ref or reference(case, op, impl.dtype, overrides or {})
     for what, verdict in check(impl, case, got, op=op, clause=clause, overrides=overrides, ref=ref):
         if not verdict.ok:
             saved = save_failure(impl, case, op, clause, overrides or {})
             raise AssertionError(
                 f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what}{context} "
-                f"differs from the float64 oracle: {verdict.describe()}\n"
+                f"differs from the float64 oracle: {verdict.describe()}"
+                f"{float32_hint(impl.dtype, what, verdict, ref)}\n"
                 f"reproduce with:\n{reproducer(impl, op, case.spec, overrides)}" + saved)
+
+
+def float32_hint(dtype: str, what: str, verdict: tolerance.Verdict, ref: Reference) -> str:
+    """For a float64 failure within float32's error: a note that the result has float32
+    accuracy, i.e. a float64 path that rounds through float32 (NUM-2); "" otherwise."""
+    if dtype != "float64" or what not in ("output", "weights", "lse") or not np.isfinite(verdict.error):
+        return ""
+    naive32 = max(tolerance.max_abs_error(getattr(n, _FIELD.get(what, what)),
+                                          getattr(ref.expected, _FIELD.get(what, what)))[0]
+                  for n in ref.naive if getattr(n, _FIELD.get(what, what)) is not None)
+    if verdict.error <= tolerance.K * max(naive32, verdict.allowed):
+        return (f"; the error is of float32's size (naive float32 error {naive32:.3e}): a float64 "
+                f"path that rounds through float32 (NUM-2)")
+    return ""
+
+
+_FIELD = {"output": "out"}
 
 
 def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, allowed: float,
@@ -402,3 +505,29 @@ def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, a
             f"difference {error:.3e} at index {where}, allowed {allowed:.3e} (twice NUM-3)\n"
             f"reproduce the base case with:\n{reproducer(impl, op, case.spec)}")
 
+
+
+def rejection_problem(impl: Impl, op: str, case: Case, names: str | tuple[str, ...], what: str,
+                      **overrides) -> str | None:
+    """Make the invalid call ``run(impl, op, case, **overrides)`` (overrides of ``q``, ``k``, ``v``,
+    ``query``, ``key`` or ``value`` replace the case's array); None when it raises ValueError
+    whose message names one of ``names`` (the argument, as a word), else the problem found:
+    accepted, another exception type, or a message that names no argument of ``names``."""
+    names = (names,) if isinstance(names, str) else names
+    inputs = {n: overrides.pop(n) for n in ("q", "k", "v", "query", "key", "value") if n in overrides}
+    try:
+        run(impl, op, case._replace(**inputs), **overrides)
+    except ValueError as exc:
+        if not any(re.search(rf"\b{re.escape(n)}\b", str(exc)) for n in names):
+            return f"{what}: message does not name {' or '.join(names)}: {str(exc)!r:.300}"
+        return None
+    except Exception as exc:  # noqa: BLE001 - any other exception type is the finding
+        return f"{what}: raised {type(exc).__name__} instead of ValueError: {exc!s:.300}"
+    return f"{what}: accepted (no ValueError)"
+
+
+def expect_rejections(impl: Impl, op: str, case: Case, clause: str, bad: list[tuple]) -> None:
+    """Assert every ``(what, names, overrides)`` of ``bad`` is rejected (:func:`rejection_problem`)."""
+    problems = [p for what, names, kw in bad
+                if (p := rejection_problem(impl, op, case, names, what, **kw)) is not None]
+    assert not problems, f"[{clause}] {impl.id} {op}:\n  " + "\n  ".join(problems)

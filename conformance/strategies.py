@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from mhaspec.backends.validation import Dims
 from mhaspec.spec import oracle
 
-from . import extremes
+from . import extremes, features
+from .features import FeatureArrays
 
 LENGTHS = (1, 2, 5, 8)
 WIDTHS = (1, 4, 8)
@@ -92,14 +93,26 @@ class CaseSpec(NamedTuple):
     logit_scale: float = 1.0
     seed: int = 0
     extreme: str | None = None  # see mhaspec.conformance.extremes
+    # spec 1.2 features (mhaspec.conformance.features; neutral by default)
+    kv_heads: int | None = None  # g key/value heads of k, v (SDPA, GQA-1) and of the cache
+    softcap: float | None = None
+    window: tuple | None = None  # (left, right), a side None = unbounded
+    alignment: str | None = None  # the diagonal of window and ALiBi without causal
+    alibi: str | None = None  # one of features.ALIBI_KINDS
+    segments: str | None = None  # one of features.SEGMENT_KINDS
+    seq_lengths: str | None = None  # one of features.LENGTH_KINDS
+    past_len: int | None = None  # L_past of a KV cache (None: no cache; 0: an empty one)
+    past_valid: bool = False  # past_lengths drawn in [0, L_past] (else every cached key valid)
+    lse: bool = False  # ask for the log-sum-exp
 
 
 class Case(NamedTuple):
     """Float64 inputs of one case (unused fields are None).
 
-    SDPA: q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v).
+    SDPA: q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) (g = h unless grouped).
     MHA: query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim), params.
-    Masks broadcast to (B, h, L_q, L_k); key_padding_mask is (B, L_k).
+    Masks broadcast to (B, h, L_q, L_K); key_padding_mask is (B, L_K) (L_K = L_past + L_k with a
+    cache, else L_k). ``features``: the arrays of the spec 1.2 features (:class:`FeatureArrays`).
     """
 
     spec: CaseSpec
@@ -114,12 +127,18 @@ class Case(NamedTuple):
     bias: np.ndarray | None
     legacy_mask: np.ndarray | None
     key_padding_mask: np.ndarray | None
+    features: FeatureArrays = FeatureArrays()
 
     def mask_kwargs(self) -> dict:
         """The masking keyword arguments shared by both operations."""
         return {"mask": self.mask, "bias": self.bias, "legacy_mask": self.legacy_mask,
                 "key_padding_mask": self.key_padding_mask, "causal": self.spec.causal,
                 "scale": self.spec.scale}
+
+    def call_kwargs(self) -> dict:
+        """Every keyword argument of a call on this case: the masks and the spec 1.2 features
+        the case has (only those: a case without features passes none)."""
+        return {**self.mask_kwargs(), **features.feature_kwargs(self.spec, self.features)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -157,12 +176,16 @@ def build_case(spec: CaseSpec) -> Case:
         legacy[..., rng.integers(spec.legacy_shape[-1])] = 0.0  # every row keeps a key (MASK-3)
     kpm = None
     if spec.key_padding:
-        kpm = rng.random((b, lk)) < 0.75
+        kpm = rng.random((b, features.key_length(spec))) < 0.75
         kpm[:, 0] = True
-    case = Case(spec, q, k, v, query, key, value, params, mask, bias, legacy, kpm)
+    g = features.kv_heads(spec)
+    if g != h:  # grouped key/value heads (GQA-1): the first g heads
+        k, v = k[:, :g], v[:, :g]
+    case = Case(spec, q, k, v, query, key, value, params, mask, bias, legacy, kpm,
+                features.feature_arrays(spec))
     if spec.extreme is not None:
         case = extremes.apply(case, spec.extreme)
-    for array in (*case[1:7], *case.params, mask, bias, legacy, kpm):
+    for array in (*case[1:7], *case.params, mask, bias, legacy, kpm, *case.features):
         if array is not None:
             array.flags.writeable = False  # shared through the cache
     return case
@@ -268,6 +291,77 @@ def with_causal(spec: CaseSpec, alignment: str) -> CaseSpec:
     if alignment == "bottom_right" and not spec.fully_masked_rows and spec.len_q > spec.len_k:
         spec = spec._replace(len_q=spec.len_k, len_k=spec.len_q, mask_shape=None, bias_shape=None)
     return spec._replace(causal=alignment)
+
+
+#: The features :func:`feature_specs` can draw, by the capability that governs each.
+FEATURE_CAPABILITIES = {"gqa": "gqa", "softcap": "softcap", "window": "window", "alibi": "alibi",
+                        "segments": "segments", "seq_lengths": "segments", "cache": "kv_cache",
+                        "lse": "lse"}
+
+
+@st.composite
+def feature_specs(draw, *, allow=(), require=(), masks: bool = False, bias: bool = False,
+                  key_padding: bool = False, causal: bool = False, fully_masked: bool = False,
+                  custom_scale: bool = False, cross: bool = True,
+                  logit_scales=LOGIT_SCALES) -> CaseSpec:
+    """Draw a :class:`CaseSpec` with spec 1.2 features (names of :data:`FEATURE_CAPABILITIES`):
+    each of ``require`` always, each of ``allow`` sometimes; the other flags as for
+    :func:`case_specs`. The values come from the menus of :mod:`~mhaspec.conformance.features`,
+    edge cases included (windows of 0 and wider than L_k, one segment and a segment per token, an
+    empty cache and one longer than the new keys, slopes of 0, tiny and huge soft caps). A cache
+    excludes segments and sequence lengths (CACHE-2) and makes the diagonal bottom-right; masks
+    then cover the present cache's L_K keys."""
+    unknown = sorted((set(allow) | set(require)) - set(FEATURE_CAPABILITIES))
+    if unknown:
+        raise ValueError(f"unknown features {unknown} (known: {sorted(FEATURE_CAPABILITIES)})")
+    want = {f for f in FEATURE_CAPABILITIES if f in require or (f in allow and draw(st.booleans()))}
+    if "cache" in want and not {"segments", "seq_lengths"}.isdisjoint(want):
+        if "cache" in require:
+            want -= {"segments", "seq_lengths"}
+        else:
+            want.discard("cache")
+    spec = draw(case_specs(masks=masks, bias=bias, key_padding=key_padding, causal=causal,
+                           fully_masked=fully_masked, custom_scale=custom_scale, cross=cross,
+                           logit_scales=logit_scales))
+    f = features
+    changes: dict = {}
+    if "gqa" in want:
+        changes["kv_heads"] = draw(st.sampled_from(
+            [g for g in range(1, spec.heads + 1) if spec.heads % g == 0]))
+    if "softcap" in want:
+        changes["softcap"] = draw(st.sampled_from(f.SOFTCAPS))
+    if "window" in want:
+        changes["window"] = (draw(st.sampled_from(f.WINDOW_SIDES)),
+                             draw(st.sampled_from(f.WINDOW_SIDES)))
+    if "alibi" in want:
+        changes["alibi"] = draw(st.sampled_from(f.ALIBI_KINDS))
+    if "segments" in want:
+        changes["segments"] = draw(st.sampled_from(f.SEGMENT_KINDS))
+    if "seq_lengths" in want:
+        changes["seq_lengths"] = draw(st.sampled_from(f.LENGTH_KINDS))
+    if "lse" in want:
+        changes["lse"] = True
+    if "cache" in want:
+        past = draw(st.sampled_from(f.PAST_LENGTHS))
+        changes.update(past_len=past, past_valid=draw(st.booleans()),
+                       **{name: _over_keys(getattr(spec, name), spec.len_k + past)
+                          for name in ("mask_shape", "bias_shape", "legacy_shape")})
+        if spec.causal == "top_left":
+            changes["causal"] = "bottom_right"
+    spec = spec._replace(**changes)
+    if spec.window is not None or spec.alibi is not None:
+        if spec.causal is None and spec.past_len is None:
+            spec = spec._replace(alignment=draw(st.sampled_from(oracle.CAUSAL_ALIGNMENTS)))
+        elif draw(st.booleans()):  # the same diagonal named twice is allowed
+            spec = spec._replace(alignment=spec.causal or "bottom_right")
+    return spec
+
+
+def _over_keys(shape, l_keys: int):
+    """A mask shape over L_k as one over the present cache's L_K keys (a broadcast axis stays)."""
+    if shape is None or shape[-1] == 1:
+        return shape
+    return tuple(shape[:-1]) + (l_keys,)
 
 
 #: The source document's example: (32, 50, 512) inputs, 8 heads, self-attention (MHA-5).

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from mhaspec.backends.np_backend import NumpyBackend
+from mhaspec.spec import oracle
+from oracle_backend import OracleBackend
 
 
 class _Broken(NumpyBackend):
@@ -423,6 +425,136 @@ class FusedProjectionWhenKeyIsValue(_Broken):
             return super()._project_qkv(query, query, query, p)
         return super()._project_qkv(query, key, value, p)
 
+class Float64ThroughFloat32(_Broken):
+    """Rounds the scale through float32 in every dtype (ONNX Runtime's float64 Attention does):
+    float64 results with errors ~1e-8, float32's size."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        return super()._attend(q, k, v, allowed, additive, float(np.float32(scale)))
+
+
+# -- spec 1.2 features: the oracle-backed reference backend with one mistake each -----------------
+
+class _BrokenFeature(OracleBackend):
+    """The reference backend (tests/oracle_backend.py) with one mistake in a spec 1.2 feature."""
+
+
+class SoftcapAfterTheMask(_BrokenFeature):
+    """Caps the logits after masking (masked -inf becomes -c: masked keys get weight e^-c / sum)
+    in scaled dot-product attention with boolean masks only (the other features: as specified)."""
+
+    def _attention(self, q, k, v, *, softcap=None, mask=None, key_padding_mask=None, causal=None,
+                   bias=None, legacy_mask=None, scale=None, **features):
+        plain = softcap is None or any(x is not None for x in features.values()) or (
+            mask is None and key_padding_mask is None and causal is None) or k.shape[1] != q.shape[1]
+        if plain:
+            return super()._attention(q, k, v, softcap=softcap, mask=mask, bias=bias,
+                                      legacy_mask=legacy_mask, key_padding_mask=key_padding_mask,
+                                      causal=causal, scale=scale, **features)
+        b, h, l_q, d_k = q.shape
+        s = (1.0 / np.sqrt(d_k) if scale is None else scale) * np.matmul(q, np.swapaxes(k, -1, -2))
+        for term in (bias, None if legacy_mask is None else legacy_mask * -1e9):
+            s = s if term is None else s + term
+        allowed = oracle.allowed_mask(b, h, l_q, k.shape[2], mask=mask,
+                                      key_padding_mask=key_padding_mask, causal=causal)
+        s = softcap * np.tanh(np.where(allowed, s, -np.inf) / softcap)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        weights = (e / e.sum(axis=-1, keepdims=True)).astype(q.dtype)
+        lse = (np.log(np.exp(s).sum(axis=-1))).astype(q.dtype)
+        return oracle.AttentionResult(np.matmul(weights, v), weights, lse, None, None, None)
+
+
+class WindowOffByOne(_BrokenFeature):
+    """Lets one key too many in on the left of the window (j >= i - left - 1)."""
+
+    def _attention(self, q, k, v, *, window=None, **kw):
+        return super()._attention(q, k, v, window=_wider_left(window), **kw)
+
+    def _mha(self, query, key, value, params, *, window=None, **kw):
+        return super()._mha(query, key, value, params, window=_wider_left(window), **kw)
+
+
+def _wider_left(window):
+    """(left + 1, right) for a valid window with a bounded left side (others are left for the
+    oracle to reject, WIN-2)."""
+    if (isinstance(window, tuple) and len(window) == 2 and type(window[0]) is int
+            and window[0] >= 0):
+        return (window[0] + 1, window[1])
+    return window
+
+
+class AlibiSignFlipped(_BrokenFeature):
+    """Adds +m |i - j| instead of -m |i - j| (the slopes' sign flipped)."""
+
+    def _attention(self, q, k, v, *, alibi_slopes=None, **kw):
+        return super()._attention(q, k, v, alibi_slopes=_negated(alibi_slopes), **kw)
+
+    def _mha(self, query, key, value, params, *, alibi_slopes=None, **kw):
+        return super()._mha(query, key, value, params, alibi_slopes=_negated(alibi_slopes), **kw)
+
+
+def _negated(slopes):
+    """-slopes for real slopes (others are left for the oracle to reject, ALIBI-3)."""
+    return slopes if slopes is None or np.asarray(slopes).dtype.kind not in "fiu" else -np.asarray(slopes)
+
+
+def _first_item_ids(kv_segment_ids):
+    """Every batch item given batch item 0's key segment ids (ids compared across items)."""
+    if kv_segment_ids is None or np.ndim(kv_segment_ids) != 2:
+        return kv_segment_ids
+    return np.broadcast_to(kv_segment_ids[:1], np.shape(kv_segment_ids)).copy()
+
+
+class SegmentsAcrossBatch(_BrokenFeature):
+    """Compares each query's segment id with batch item 0's key ids (a flattened comparison)."""
+
+    def _attention(self, q, k, v, *, kv_segment_ids=None, **kw):
+        return super()._attention(q, k, v, kv_segment_ids=_first_item_ids(kv_segment_ids), **kw)
+
+    def _mha(self, query, key, value, params, *, kv_segment_ids=None, **kw):
+        return super()._mha(query, key, value, params,
+                            kv_segment_ids=_first_item_ids(kv_segment_ids), **kw)
+
+
+class CacheOffsetZero(_BrokenFeature):
+    """With a cache, places query i at position i instead of past_length + i (causal, window and
+    ALiBi top-left on the present cache); the present cache itself is right."""
+
+    def _attention(self, q, k, v, *, past_key=None, past_value=None, past_lengths=None,
+                   key_padding_mask=None, causal=None, alignment=None, **kw):
+        if past_key is None:
+            return super()._attention(q, k, v, past_value=past_value, past_lengths=past_lengths,
+                                      key_padding_mask=key_padding_mask, causal=causal,
+                                      alignment=alignment, **kw)
+        right = super()._attention(q, k, v, past_key=past_key, past_value=past_value,
+                                   past_lengths=past_lengths, key_padding_mask=key_padding_mask,
+                                   causal=causal, alignment=alignment, **kw)
+        b, l_keys = q.shape[0], right.present_key.shape[2]
+        valid = np.arange(l_keys)[None, :] < right.present_lengths[:, None]
+        if key_padding_mask is not None:
+            valid = valid & key_padding_mask
+        top_left = "top_left" if causal is not None or alignment is not None or \
+            kw.get("window") is not None or kw.get("alibi_slopes") is not None else None
+        wrong = super()._attention(q, right.present_key, right.present_value,
+                                   key_padding_mask=valid,
+                                   causal=None if causal is None else "top_left",
+                                   alignment=top_left, **kw)
+        return wrong._replace(present_key=right.present_key, present_value=right.present_value,
+                              present_lengths=right.present_lengths)
+
+
+class LseOfTheUnmaskedRow(_BrokenFeature):
+    """Returns the log-sum-exp over every key of the row, ignoring masks, segments, causal and
+    window (the output is right)."""
+
+    def _attention(self, q, k, v, **kw):
+        right = super()._attention(q, k, v, **kw)
+        if kw.get("past_key") is not None:
+            return right
+        loose = {n: x for n, x in kw.items() if n in ("scale", "softcap", "bias", "legacy_mask")}
+        return right._replace(lse=super()._attention(q, k, v, **loose).lse)
+
+
 WRONG_SCALE = WrongScale("broken-wrong-scale")
 SOFTMAX_OVER_QUERIES = SoftmaxOverQueries("broken-softmax-axis")
 MASK_POLARITY_FLIPPED = MaskPolarityFlipped("broken-mask-polarity")
@@ -465,6 +597,13 @@ TINY_QUERIES_TREATED_AS_PADDING = TinyQueriesTreatedAsPadding("broken-tiny-queri
 FLOAT32_ONLY = Float32Only("broken-float32-only")
 LEGACY_OFFSET_MINUS_2E9 = LegacyOffsetMinus2e9("broken-legacy-minus-2e9")
 FUSED_PROJECTION_WHEN_KEY_IS_VALUE = FusedProjectionWhenKeyIsValue("broken-fused-kv-alias")
+FLOAT64_THROUGH_FLOAT32 = Float64ThroughFloat32("broken-float64-through-float32")
+SOFTCAP_AFTER_THE_MASK = SoftcapAfterTheMask("broken-softcap-after-mask")
+WINDOW_OFF_BY_ONE = WindowOffByOne("broken-window-off-by-one")
+ALIBI_SIGN_FLIPPED = AlibiSignFlipped("broken-alibi-sign")
+SEGMENTS_ACROSS_BATCH = SegmentsAcrossBatch("broken-segments-across-batch")
+CACHE_OFFSET_ZERO = CacheOffsetZero("broken-cache-offset-zero")
+LSE_OF_THE_UNMASKED_ROW = LseOfTheUnmaskedRow("broken-lse-unmasked")
 STALE_DEVIATION = StaleDeviation("stale-deviation")
 STALE_DEVIATION_IN_FLOAT32 = StaleDeviationInFloat32("stale-deviation-float32")
 
@@ -512,6 +651,13 @@ EXPECTED = {
     "FLOAT32_ONLY": ("broken-float32-only", {"NUM-1"}),
     "LEGACY_OFFSET_MINUS_2E9": ("broken-legacy-minus-2e9", {"MASK-3"}),
     "FUSED_PROJECTION_WHEN_KEY_IS_VALUE": ("broken-fused-kv-alias", {"MHA-3", "MHA-4"}),
+    "FLOAT64_THROUGH_FLOAT32": ("broken-float64-through-float32", {"NUM-2"}),
+    "SOFTCAP_AFTER_THE_MASK": ("broken-softcap-after-mask", {"SOFTCAP-1"}),
+    "WINDOW_OFF_BY_ONE": ("broken-window-off-by-one", {"WIN-1"}),
+    "ALIBI_SIGN_FLIPPED": ("broken-alibi-sign", {"ALIBI-1"}),
+    "SEGMENTS_ACROSS_BATCH": ("broken-segments-across-batch", {"SEG-1"}),
+    "CACHE_OFFSET_ZERO": ("broken-cache-offset-zero", {"CACHE-2"}),
+    "LSE_OF_THE_UNMASKED_ROW": ("broken-lse-unmasked", {"LSE-1"}),
 }
 
 

@@ -1,0 +1,119 @@
+"""Chapter SEG: packed variable-length sequences (optional capability "segments").
+
+Both operations (``op``) for SEG-1..3 and SEG-5; SEG-4 compares a packed call of scaled dot-product
+attention with the separate calls on each sequence. Segment ids: one segment, a segment per token,
+contiguous packing and arbitrary scattered ids; lengths from 0 to L.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from mhaspec.conformance import harness
+from mhaspec.conformance.strategies import CaseSpec, feature_specs
+
+pytestmark = pytest.mark.requires("segments")
+
+
+@pytest.mark.clause("SEG-1")
+@given(spec=feature_specs(require=("segments",), allow=("softcap", "lse"), masks=True, bias=True,
+                          key_padding=True))
+def test_queries_attend_only_keys_of_their_segment(impl, op, spec):
+    case = impl.case(spec, op)
+    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-1")
+
+
+@pytest.mark.clause("SEG-2")
+@given(spec=feature_specs(require=("seq_lengths",), allow=("segments", "lse"), masks=True,
+                          key_padding=True))
+def test_sequence_lengths_pad_queries_and_keys(impl, op, spec):
+    case = impl.case(spec, op)
+    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-2")
+
+
+@pytest.mark.clause("SEG-3")
+@pytest.mark.requires("causal")
+@given(spec=feature_specs(require=("segments",), allow=("seq_lengths", "window", "alibi"),
+                          causal=True).map(lambda s: s._replace(causal=s.causal or s.alignment or "top_left")))
+def test_causal_window_and_alibi_count_positions_within_a_segment(impl, op, spec):
+    case = impl.case(spec, op)
+    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-3")
+
+
+@pytest.mark.clause("SEG-3")
+@pytest.mark.requires("window")
+@given(spec=feature_specs(require=("seq_lengths", "window"), allow=("alibi",)).map(
+    lambda s: s._replace(alignment="bottom_right")))
+def test_bottom_right_aligns_with_the_last_valid_key(impl, op, spec):
+    """Windows on the bottom-right diagonal with key_value_seq_lengths: ONNX's nonpad_kv_seqlen."""
+    case = impl.case(spec, op)
+    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-3")
+
+
+def _sequences(case):
+    """(batch item, query rows, key columns) of every sequence packed in ``case`` with queries."""
+    q_ids, k_ids = case.features.q_segment_ids, case.features.kv_segment_ids
+    for b in range(q_ids.shape[0]):
+        for s in np.unique(q_ids[b]):
+            yield b, np.flatnonzero(q_ids[b] == s), np.flatnonzero(k_ids[b] == s)
+
+
+@pytest.mark.clause("SEG-4")
+@pytest.mark.requires("sdpa")
+@given(spec=feature_specs(require=("segments",), allow=("softcap", "window", "alibi"),
+                          causal=True, cross=False).map(
+    lambda s: s._replace(segments="packed") if s.segments == "scattered" else s))
+def test_a_packed_call_equals_the_separate_calls(impl, spec):
+    case = impl.case(spec, "sdpa")
+    packed = impl.sdpa(case)
+    out_tol, w_tol = harness.allowance(case, "sdpa", impl)
+    slopes = case.features.alibi_slopes
+    for b, rows, cols in _sequences(case):
+        if cols.size == 0:
+            continue
+        alone = case._replace(q=case.q[b:b + 1, :, rows], k=case.k[b:b + 1, :, cols],
+                              v=case.v[b:b + 1, :, cols])
+        extra = {"q_segment_ids": None, "kv_segment_ids": None}
+        if slopes is not None and slopes.ndim == 2:
+            extra["alibi_slopes"] = slopes[b:b + 1]
+        got = harness.run(impl, "sdpa", alone, **extra)
+        what = f"batch item {b}, sequence of queries {rows.tolist()}: packed vs alone"
+        harness.expect_close(impl, case, packed.out[b:b + 1, :, rows], got.out, allowed=2 * out_tol,
+                             clause="SEG-4", what=f"output of {what}", op="sdpa")
+        if packed.weights is not None and got.weights is not None:
+            inside = packed.weights[b:b + 1][:, :, rows][:, :, :, cols]
+            harness.expect_close(impl, case, inside, got.weights, allowed=2 * w_tol,
+                                 clause="SEG-4", what=f"weights of {what}", op="sdpa")
+            outside = np.delete(packed.weights[b:b + 1][:, :, rows], cols, axis=-1)
+            harness.expect_close(impl, case, outside, np.zeros_like(outside), allowed=0.0,
+                                 clause="SEG-4", what=f"weights outside the sequence, {what}",
+                                 op="sdpa")
+
+
+@pytest.mark.clause("SEG-5")
+@pytest.mark.requires("errors")
+def test_invalid_segment_ids_and_lengths_are_rejected(impl, op):
+    spec = CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_k=4, d_v=4, seed=91)
+    case = impl.case(spec, op)
+    b, lq, lk = spec.batch, spec.len_q, spec.len_k
+    q_ids, k_ids = np.zeros((b, lq), np.int64), np.zeros((b, lk), np.int64)
+    harness.expect_rejections(impl, op, case, "SEG-5", [
+        ("float q_segment_ids", "q_segment_ids", {"q_segment_ids": np.zeros((b, lq)),
+                                                  "kv_segment_ids": k_ids}),
+        ("kv_segment_ids (B, L_k + 1)", "kv_segment_ids",
+         {"q_segment_ids": q_ids, "kv_segment_ids": np.zeros((b, lk + 1), np.int64)}),
+        ("q_segment_ids (B, L_k)", "q_segment_ids",
+         {"q_segment_ids": np.zeros((b, lk), np.int64), "kv_segment_ids": k_ids}),
+        ("q_segment_ids alone", ("q_segment_ids", "kv_segment_ids"), {"q_segment_ids": q_ids}),
+        ("kv_segment_ids alone", ("q_segment_ids", "kv_segment_ids"), {"kv_segment_ids": k_ids}),
+        ("query_seq_lengths (B, 1)", "query_seq_lengths",
+         {"query_seq_lengths": np.ones((b, 1), np.int64)}),
+        ("float query_seq_lengths", "query_seq_lengths", {"query_seq_lengths": np.ones(b)}),
+        ("negative key_value_seq_lengths", "key_value_seq_lengths",
+         {"key_value_seq_lengths": np.array([-1, 1])}),
+        ("key_value_seq_lengths past L_k", "key_value_seq_lengths",
+         {"key_value_seq_lengths": np.array([lk + 1, 1])}),
+        ("query_seq_lengths past L_q", "query_seq_lengths",
+         {"query_seq_lengths": np.array([1, lq + 1])})])
