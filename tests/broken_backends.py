@@ -273,6 +273,14 @@ class FullyMaskedRowsUniform(_Broken):
         return x
 
 
+class MaskMeanOfVDeclaredBiasZero(FullyMaskedRowsUniform):
+    """Declares MASK-9 (a fully masked row gives the mean of V, as Flax and Equinox do) and fills
+    boolean-masked logits with the dtype's minimum, while a -inf bias row gives 0 (the guarded
+    softmax): the mask and its -inf bias disagree on fully masked rows (MASK-11)."""
+
+    deviations = {"MASK-9": "a fully masked row gives the mean of V (masked logits = finfo.min)"}
+
+
 class FullyMaskedRowsNaN(_Broken):
     """Textbook softmax with no guard: a fully masked row gives exp(-inf - -inf) = NaN."""
 
@@ -448,6 +456,7 @@ LEGACY_MASK_POLARITY_FLIPPED = LegacyMaskPolarityFlipped("broken-legacy-polarity
 LEGACY_MASK_IGNORED = LegacyMaskIgnored("broken-legacy-ignored")
 FULLY_MASKED_ROWS_UNIFORM = FullyMaskedRowsUniform("broken-masked-rows-uniform")
 FULLY_MASKED_ROWS_NAN = FullyMaskedRowsNaN("broken-masked-rows-nan")
+MASK_MEAN_OF_V_DECLARED_BIAS_ZERO = MaskMeanOfVDeclaredBiasZero("broken-mask-vs-bias-masked-rows")
 COMBINE_HEADS_WITHOUT_TRANSPOSE = CombineHeadsWithoutTranspose("broken-combine-no-transpose")
 HEADS_AVERAGED_AFTER_OUTPUT_BLOCKS = HeadsAveragedAfterOutputBlocks("broken-heads-averaged")
 MISSING_OUTPUT_BIAS = MissingOutputBias("broken-no-output-bias")
@@ -495,6 +504,7 @@ EXPECTED = {
     "LEGACY_MASK_IGNORED": ("broken-legacy-ignored", {"MASK-3"}),
     "FULLY_MASKED_ROWS_UNIFORM": ("broken-masked-rows-uniform", {"MASK-9"}),
     "FULLY_MASKED_ROWS_NAN": ("broken-masked-rows-nan", {"MASK-9"}),
+    "MASK_MEAN_OF_V_DECLARED_BIAS_ZERO": ("broken-mask-vs-bias-masked-rows", {"MASK-11"}),
     "COMBINE_HEADS_WITHOUT_TRANSPOSE": ("broken-combine-no-transpose", {"HEAD-2", "MHA-1"}),
     "HEADS_AVERAGED_AFTER_OUTPUT_BLOCKS": ("broken-heads-averaged", {"MHA-1", "MHA-5"}),
     "MISSING_OUTPUT_BIAS": ("broken-no-output-bias", {"MHA-1", "PARAM-1"}),
