@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import harness, strategies, tolerance, verdicts
+from . import clause_capabilities, harness, strategies, tolerance, verdicts
 
 NOT_IMPLEMENTED = "not implemented"
 OPS = harness.OPS
@@ -315,6 +315,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     part of it is, the clauses no collected test names are recorded as not run."""
     if not any(_record(item) for item in items):
         return
+    _check_clause_tags(items)
     modules = {pathlib.Path(str(item.fspath)).resolve() for item in items}
     suite = {p.resolve() for p in CONFORMANCE_DIR.glob("test_*.py")}
     named = {c for item in items for m in item.iter_markers("clause") for c in m.args}
@@ -327,6 +328,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if unknown or untested:
         raise pytest.UsageError(f"conformance suite out of step with spec {spec.version}: "
                                 f"clauses without a test: {untested}; unknown clause ids: {unknown}")
+
+
+def _check_clause_tags(items) -> None:
+    """Refuse a test that names a clause it cannot exercise: every capability the clause needs
+    (:data:`clause_capabilities.NEEDS`) must be one the test requires or its operation."""
+    wrong: dict[str, str] = {}
+    for item in items:
+        if _record(item) is None:
+            continue
+        have = {c for m in item.iter_markers("requires") for c in m.args}
+        have |= {item.callspec.params["op"]} if "op" in item.callspec.params else set()
+        clauses = [c for m in item.iter_markers("clause") for c in m.args]
+        for clause, missing in clause_capabilities.untestable_tags(clauses, have).items():
+            name = getattr(item, "originalname", None) or item.name
+            wrong[f"{name} names {clause}"] = f"needs {missing}"
+    if wrong:
+        raise pytest.UsageError(
+            "conformance tests name clauses they cannot exercise (require the capabilities or "
+            "drop the clause): " + "; ".join(f"{k} ({v})" for k, v in sorted(wrong.items())))
 
 
 def pytest_deselected(items) -> None:
