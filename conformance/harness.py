@@ -132,7 +132,7 @@ class Impl(NamedTuple):
 
     def case(self, spec: CaseSpec, op: str = "mha") -> Case:
         """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype."""
-        return build_case(fit(spec, frozenset(self.backend.capabilities), self.dtype, op))
+        return build_case(fit(spec, op_capabilities(self.backend, op), self.dtype, op))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean); None stays None."""
@@ -214,6 +214,27 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     else:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     return impl.result(*out)
+
+
+def op_capabilities(backend, op: str | None) -> frozenset:
+    """The capabilities ``backend`` claims for operation ``op`` ("sdpa" or "mha"): its optional
+    ``capabilities_for(op)`` where it has one (an attention function and a module of one library
+    differ), else ``capabilities``. ``op`` None: ``capabilities``."""
+    scoped = getattr(backend, "capabilities_for", None)
+    if op is None or scoped is None:
+        return frozenset(backend.capabilities)
+    return frozenset(scoped(op))
+
+
+def op_deviations(deviations: Mapping[str, str], op: str | None) -> dict[str, str]:
+    """clause -> reason of the declared ``deviations`` that hold for operation ``op``: keys
+    ``"CLAUSE"`` hold for every operation, ``"CLAUSE@op"`` (e.g. ``"SHAPE-4@mha"``) for ``op`` only."""
+    out = {}
+    for key, reason in deviations.items():
+        clause, _, scope = key.partition("@")
+        if not scope or scope == op:
+            out.setdefault(clause, reason)
+    return out
 
 
 def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:

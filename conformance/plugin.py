@@ -236,21 +236,38 @@ def _deviations(backend, device: str, dtype: str):
     return on(device, dtype) if on is not None else backend.deviations
 
 
+def operation_of(op: str | None, needs: set[str]) -> str | None:
+    """The operation a test exercises, for per-operation scoping: its ``op`` parameter, else the
+    one of "mha" / "sdpa" it requires (None for neither)."""
+    return op or next((o for o in ("mha", "sdpa") if o in needs), None)
+
+
+def _scoped(backend, op: str | None) -> frozenset:
+    """:func:`harness.op_capabilities`, refused when it claims more than ``capabilities``."""
+    scoped = harness.op_capabilities(backend, op)
+    extra = sorted(scoped - set(backend.capabilities))
+    if extra:
+        raise pytest.UsageError(f"backend {backend.name}: capabilities_for({op!r}) claims {extra}, "
+                                f"which its capabilities (every operation's together) lack")
+    return scoped
+
+
 def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
     clauses = [c for m in metafunc.definition.iter_markers("clause") for c in m.args]
     needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
     needs |= {op} if op else set()
+    scope = operation_of(op, needs)
     only = {d for m in metafunc.definition.iter_markers("dtypes") for d in m.args}
     chosen = metafunc.config.getoption("--mhaspec-dtypes")
     chosen = set(chosen.split(",")) if chosen else None
     collector = metafunc.config.stash[COLLECTOR_KEY]
     params = []
     for backend in backends:
-        missing = sorted(needs - set(backend.capabilities))
+        missing = sorted(needs - _scoped(backend, scope))
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
-                deviations = _deviations(backend, device, dtype)
+                deviations = harness.op_deviations(_deviations(backend, device, dtype), scope)
                 declared = [c for c in clauses if c in deviations]
                 if only and dtype not in only:
                     continue
@@ -266,7 +283,8 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
                     marks.append(pytest.mark.skip(reason=f"device unavailable: {unavailable}"))
                 elif missing:
                     marks.append(pytest.mark.skip(
-                        reason=f"{NOT_IMPLEMENTED}: {backend.name} does not claim {missing}"))
+                        reason=f"{NOT_IMPLEMENTED}: {backend.name} does not claim {missing}"
+                               + (f" for {scope}" if set(missing) <= set(backend.capabilities) else "")))
                 elif declared:
                     marks.append(pytest.mark.xfail(
                         strict=True, reason="declared deviation: " + "; ".join(
