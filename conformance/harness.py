@@ -202,6 +202,9 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     "mha" may add ``num_kv_heads`` or replace ``params`` (an ``oracle.Params``). Raises ValueError
     for an unknown ``op``; the backend's own exceptions pass through; :class:`CallTimeout` past
     the run's per-call time limit."""
+    item = current_item.get()
+    if item is not None:  # the case a failure of this test saves (the plugin, on failure)
+        item.mhaspec_last_call = (impl, op, case, overrides)
     kw = {**impl.masks(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                  for k, v in overrides.items() if k != "params"}}
     if op == "sdpa":
@@ -336,18 +339,77 @@ def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = Non
             f"dtype={impl.dtype!r}{extra})")
 
 
-def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict) -> str:
-    """Save the failing case's arrays for ``mhaspec replay`` when the run has a failures
-    directory; returns the line telling how to replay it ("" when not saved)."""
-    settings = run_settings()
-    if settings.failures_dir is None:
+#: mask keyword -> the CaseSpec field giving its shape (a mask override saved as the case's mask)
+_MASK_SHAPES = {"mask": "mask_shape", "bias": "bias_shape", "legacy_mask": "legacy_shape"}
+
+
+def saveable(case: Case, overrides: dict) -> tuple[Case, dict] | None:
+    """``case`` with the array overrides of a call folded in (mask, bias, legacy_mask,
+    key_padding_mask, params) and the remaining JSON-scalar overrides: what a failure file
+    (:mod:`failure_file`) can hold; None when an override fits neither."""
+    spec, scalars = case.spec, {}
+    for key, value in overrides.items():
+        if key in _MASK_SHAPES:
+            spec = spec._replace(**{_MASK_SHAPES[key]: None if value is None else np.shape(value)})
+            case = case._replace(**{key: value})
+        elif key == "key_padding_mask":
+            spec = spec._replace(key_padding=value is not None)
+            case = case._replace(key_padding_mask=value)
+        elif key == "params":
+            case = case._replace(params=value)
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            scalars[key] = value
+        else:
+            return None
+    return case._replace(spec=spec), scalars
+
+
+def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict,
+                 item=None) -> str:
+    """Save the failing case (its array overrides folded in, :func:`saveable`) for ``mhaspec
+    replay`` when the run of ``item`` (default: the running test) has a failures directory, and
+    check that it reads back; returns the line telling how to replay it ("" when not saved) and
+    keeps it on the item (``mhaspec_replay``)."""
+    item = item if item is not None else current_item.get()
+    settings = item.config.stash.get(SETTINGS_KEY, RunSettings()) if item is not None else RunSettings()
+    fitting = saveable(case, overrides)
+    if settings.failures_dir is None or fitting is None:
         return ""
-    item = current_item.get()
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name if item is not None else clause)
     ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
-    path = failure_file.save_case(settings.failures_dir / f"{stem}.npz", impl, case, op=op,
-                                  clause=clause, backend_ref=ref, overrides=overrides)
-    return f"\nor: mhaspec replay {path} --backend {ref}"
+    path = failure_file.save_case(settings.failures_dir / f"{stem}.npz", impl, fitting[0], op=op,
+                                  clause=clause, backend_ref=ref, overrides=fitting[1])
+    try:
+        failure_file.read_case(path)
+    except failure_file.FailureFileError:
+        path.unlink()
+        return ""
+    line = f"mhaspec replay {path} --backend {ref}"
+    if item is not None:
+        item.mhaspec_replay = line
+    return "\nor: " + line
+
+
+def save_last_call(item, clause: str) -> str:
+    """After ``item`` failed: save the last case it ran (:func:`run`) unless a failure was saved
+    already; returns the replay line ("" when none)."""
+    if getattr(item, "mhaspec_replay", None):
+        return item.mhaspec_replay
+    last = getattr(item, "mhaspec_last_call", None)
+    if last is None:
+        return ""
+    impl, op, case, overrides = last
+    return save_failure(impl, case, op, clause, overrides, item=item).removeprefix("\nor: ")
+
+
+def record_failure(clause: str, what: str, error: float, scale: float, detail: str,
+                   spec: CaseSpec) -> None:
+    """Keep what a value check found on the running test (the plugin reports it and groups
+    failures by likely cause): the error, the magnitude it is relative to, expected vs got."""
+    item = current_item.get()
+    if item is not None:
+        item.mhaspec_failure = {"clause": clause, "what": what, "error": float(error),
+                                "scale": float(scale), "detail": detail, "case": repr(spec)}
 
 
 def allowance(case: Case, op: str, impl: Impl, ref: Reference | None = None) -> tuple[float, float]:
@@ -404,8 +466,12 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
                   context: str = "") -> None:
     """Assert ``got`` agrees with the oracle under NUM-3 (:func:`check`); the message names the
     clause, the part, the error and a reproducer (and the saved case when the run saves them)."""
+    ref = ref or reference(case, op, impl.dtype, overrides or {})
     for what, verdict in check(impl, case, got, op=op, clause=clause, overrides=overrides, ref=ref):
         if not verdict.ok:
+            scale = magnitude(case, op, ref.expected) if what == "output" else 1.0
+            record_failure(clause, f"{op} {what}{context}", verdict.error, scale,
+                           f"differs from the float64 oracle: {verdict.describe()}", case.spec)
             saved = save_failure(impl, case, op, clause, overrides or {})
             raise AssertionError(
                 f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what}{context} "
@@ -418,8 +484,11 @@ def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, a
     """Assert two results of the same backend agree within ``allowed`` (a property's bound)."""
     error, where = tolerance.max_abs_error(got, want)
     if not error <= allowed:
+        record_failure(clause, what, error, max(_finite_max_abs(want), 1.0), f"max abs difference "
+                       f"{error:.3e} at index {where}, allowed {allowed:.3e}", case.spec)
+        saved = save_failure(impl, case, op, clause, {})
         raise AssertionError(
             f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {what}: max abs "
             f"difference {error:.3e} at index {where}, allowed {allowed:.3e} (twice NUM-3)\n"
-            f"reproduce the base case with:\n{reproducer(impl, op, case.spec)}")
+            f"reproduce the base case with:\n{reproducer(impl, op, case.spec)}" + saved)
 
