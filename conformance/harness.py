@@ -339,40 +339,15 @@ def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = Non
             f"dtype={impl.dtype!r}{extra})")
 
 
-#: mask keyword -> the CaseSpec field giving its shape (a mask override saved as the case's mask)
-_MASK_SHAPES = {"mask": "mask_shape", "bias": "bias_shape", "legacy_mask": "legacy_shape"}
-
-
-def saveable(case: Case, overrides: dict) -> tuple[Case, dict] | None:
-    """``case`` with the array overrides of a call folded in (mask, bias, legacy_mask,
-    key_padding_mask, params) and the remaining JSON-scalar overrides: what a failure file
-    (:mod:`failure_file`) can hold; None when an override fits neither."""
-    spec, scalars = case.spec, {}
-    for key, value in overrides.items():
-        if key in _MASK_SHAPES:
-            spec = spec._replace(**{_MASK_SHAPES[key]: None if value is None else np.shape(value)})
-            case = case._replace(**{key: value})
-        elif key == "key_padding_mask":
-            spec = spec._replace(key_padding=value is not None)
-            case = case._replace(key_padding_mask=value)
-        elif key == "params":
-            case = case._replace(params=value)
-        elif value is None or isinstance(value, (bool, int, float, str)):
-            scalars[key] = value
-        else:
-            return None
-    return case._replace(spec=spec), scalars
-
-
 def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict,
                  item=None) -> str:
-    """Save the failing case (its array overrides folded in, :func:`saveable`) for ``mhaspec
-    replay`` when the run of ``item`` (default: the running test) has a failures directory, and
+    """Save the failing case (array overrides folded in, :func:`failure_file.saveable`) for
+    ``mhaspec replay`` when the run of ``item`` (default: the running test) has a failures directory, and
     check that it reads back; returns the line telling how to replay it ("" when not saved) and
     keeps it on the item (``mhaspec_replay``)."""
     item = item if item is not None else current_item.get()
     settings = item.config.stash.get(SETTINGS_KEY, RunSettings()) if item is not None else RunSettings()
-    fitting = saveable(case, overrides)
+    fitting = failure_file.saveable(case, overrides)
     if settings.failures_dir is None or fitting is None:
         return ""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name if item is not None else clause)

@@ -154,6 +154,9 @@ PRECISION_HINTS = (
 )
 #: relative error from which a value failure is a wrong computation rather than lost precision
 WRONG_VALUE = 3e-2
+#: the first line of an exception (``Type: message``; the suite's own checks are AssertionErrors,
+#: reported without their type)
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Timeout|Interrupt|Exit)\b")
 
 
 def relative_error(result: dict) -> float | None:
@@ -170,17 +173,20 @@ def likely_cause(result: dict) -> str:
     rel = relative_error(result)
     if rel is not None:
         if not math.isfinite(rel):
-            return "non-finite results where the oracle is finite: an unguarded softmax, or NaN/inf leaking?"
+            return ("non-finite where the oracle is finite, or finite where it is not: an unguarded "
+                    "softmax, NaN/inf leaking past a mask, or results sanitised?")
         for dtype, low, high, hint in PRECISION_HINTS:
             if result["dtype"] == dtype and low <= rel < high:
                 return hint
         if rel >= WRONG_VALUE:
-            return "values wrong by more than rounding: the computation itself (scale, softmax axis, masks, layout)?"
+            return ("values wrong by more than rounding: the computation itself (scale, softmax "
+                    "axis, masks, layout)?")
         return "values just outside the tolerance"
     crash = (result.get("crash") or "").strip().splitlines()
-    if crash and not crash[0].startswith("["):  # an exception, not one of the suite's assertions
+    if crash and EXCEPTION_LINE.match(crash[0]):  # raised by the backend, not a check of the suite
         line = re.sub(r"\d+", "N", crash[0])[:160]
-        return f"the same exception, {line}: an input the backend does not support (d_v != d_k, a size of 0, cross widths)?"
+        return (f"the same exception, {line}: an input the backend does not support (d_v != d_k, "
+                f"a size of 0, cross widths)?")
     return "other failed assertions (see each failure)"
 
 

@@ -103,3 +103,44 @@ def test_certificate_failures_are_readable_and_grouped(tmp_path):
     text = pathlib.Path(str(path).replace(".json", ".md")).read_text("utf-8")
     assert text == certificate.to_markdown(cert)
     assert "## Failures by likely cause" in text and "float32 arithmetic inside the float64 path" in text
+
+
+def test_array_overrides_are_saved_as_the_cases_own_arrays(tmp_path):
+    """A call's mask replaced by its -inf bias (MASK-11) is saved as a case with that bias and no
+    mask, and reads back so; an override the format cannot hold is not saved at all."""
+    import numpy as np
+
+    from mhaspec.conformance.harness import Impl
+    from mhaspec.conformance.strategies import CaseSpec, build_case
+
+    case = build_case(CaseSpec(mask_shape=(2, 1, 3, 3), fully_masked_rows=True, seed=1))
+    bias = np.where(case.mask, 0.0, -np.inf)
+    fitted, scalars = failure_file.saveable(case, {"mask": None, "bias": bias, "causal": "top_left"})
+    assert fitted.mask is None and fitted.spec.mask_shape is None and fitted.spec.bias_shape == (2, 1, 3, 3)
+    assert scalars == {"causal": "top_left"}
+    impl = Impl(None, "cpu", "float64")
+    path = failure_file.save_case(tmp_path / "c.npz", impl, fitted, op="sdpa", clause="MASK-11",
+                                  backend_ref="b", overrides=scalars)
+    meta, back = failure_file.read_case(path)
+    assert back.mask is None and np.array_equal(back.bias, bias) and meta["overrides"] == scalars
+    assert failure_file.saveable(case, {"window": (2, None)}) is None
+
+
+def test_failure_groups_from_results():
+    """One group per backend and cause, largest first; passes and deviations are not grouped."""
+    base = {"backend": "b", "device": "cpu", "outcome": "fail", "ratios": {}}
+    results = [
+        {**base, "dtype": "float64", "clauses": ["SDPA-1"], "failure": {"error": 2e-7, "scale": 2.0}},
+        {**base, "dtype": "float64", "clauses": ["MHA-1"], "failure": {"error": 1e-7, "scale": 1.0}},
+        {**base, "dtype": "float32", "clauses": ["SDPA-3"], "crash": "ValueError: d_v (8) != d_k (4)"},
+        {**base, "dtype": "float64", "clauses": ["MHA-4"], "crash": "ValueError: d_v (2) != d_k (1)"},
+        {**base, "dtype": "float64", "clauses": ["MASK-9"], "outcome": "deviation"},
+        {**base, "dtype": "float64", "clauses": ["MASK-1"], "outcome": "pass"},
+    ]
+    groups = verdicts.failure_groups(results)
+    assert [(g["clauses"], g["cells"], g["tests"]) for g in groups] == [
+        (["MHA-1", "SDPA-1"], ["cpu/float64"], 2), (["MHA-4", "SDPA-3"], ["cpu/float32", "cpu/float64"], 2)]
+    assert groups[0]["typical_relative_error"] == 1e-7 and "float32 arithmetic" in groups[0]["cause"]
+    assert "ValueError: d_v (N) != d_k (N)" in groups[1]["cause"]
+    assert groups[1]["typical_relative_error"] is None
+    assert verdicts.describe_group(groups[0]).startswith("b: 2 clauses (2 tests) on cpu/float64 fail by ~1e-07")
