@@ -30,7 +30,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "MASK-8": frozenset({"masks", "causal"}), "MASK-9": _MASKS, "MASK-10": _MASKS,
     "MASK-11": frozenset({"masks", "bias"}), "MASK-12": _MASKS, "MASK-13": _MASKS,
     "MHA-1": _MHA, "MHA-2": _MHA, "MHA-3": _MHA, "MHA-4": frozenset({"mha", "cross"}),
-    "MHA-5": _MHA, "MHA-6": frozenset({"mha", "gqa"}),
+    "MHA-5": _MHA, "MHA-6": frozenset({"gqa"}),  # grouped heads in either operation (spec 1.2)
     **{f"ERR-{i}": _ERRORS for i in range(1, 11)},
     "ERR-2": frozenset({"errors", "mha"}), "ERR-7": frozenset({"errors", "masks"}),
     "ERR-9": frozenset({"errors", "legacy_mask"}),
