@@ -481,7 +481,9 @@ def _no_shrink_after_a_failure(item: pytest.Item):
     impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
     test = getattr(item, "obj", None)
     own = getattr(test, "_hypothesis_internal_use_settings", None)
-    item.mhaspec_shrink = None if own is None else Phase.shrink in own.phases
+    # True: may shrink; False: not shrunk after an earlier failure; None: nothing to shrink (not a
+    # Hypothesis test, or a profile without shrinking such as triage)
+    item.mhaspec_shrink = True if own is not None and Phase.shrink in own.phases else None
     if (collector is None or collector.shrink_all or not isinstance(impl, harness.Impl) or own is None
             or (impl.backend.name, impl.device, impl.dtype) not in collector.failed_cells
             or Phase.shrink not in own.phases):
