@@ -39,5 +39,17 @@ class EmptySizesFailInModule(NumpyBackend):
         return super().multi_head_attention(query, key, value, params, **kw)
 
 
+class ClaimsMoreForOneOperation(NumpyBackend):
+    """Claims ``grad`` for its module only, without claiming it in ``capabilities``: refused."""
+
+    def __init__(self):
+        super().__init__("batched")
+        self.name = "scoped-overclaiming"
+
+    def capabilities_for(self, op):
+        return self.capabilities | {"grad"} if op == "mha" else self.capabilities
+
+
 BIAS_ON_ATTENTION_ONLY = BiasOnAttentionOnly()
+CLAIMS_MORE_FOR_ONE_OPERATION = ClaimsMoreForOneOperation()
 EMPTY_SIZES_FAIL_IN_MODULE = EmptySizesFailInModule()

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from mhaspec.conformance import harness
 
-from suite_runner import run_suite
+from suite_runner import HERE, run_suite
 
 REFS = ["scoped_backends:BIAS_ON_ATTENTION_ONLY", "scoped_backends:EMPTY_SIZES_FAIL_IN_MODULE"]
 
@@ -36,3 +40,13 @@ def test_op_deviations_keeps_unscoped_and_this_operations_keys():
     assert harness.op_deviations(declared, "mha") == {"MASK-9": "a", "SHAPE-4": "b"}
     assert harness.op_deviations(declared, "sdpa") == {"MASK-9": "a", "NUM-6": "c"}
     assert harness.op_deviations(declared, None) == {"MASK-9": "a"}
+
+
+def test_claiming_more_for_one_operation_than_in_capabilities_is_a_usage_error(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
+                          "mhaspec.conformance", "--collect-only", "-q", "--backend",
+                          "scoped_backends:CLAIMS_MORE_FOR_ONE_OPERATION"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode != 0
+    assert "capabilities_for('mha') claims ['grad']" in out.stdout + out.stderr, out.stderr[-2000:]
