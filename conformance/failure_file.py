@@ -75,6 +75,31 @@ class FailureFileError(ValueError):
     """A failure file that cannot be used: unreadable, malformed, too large or of another spec."""
 
 
+#: mask keyword -> the CaseSpec field giving its shape (a mask override saved as the case's mask)
+_MASK_SHAPES = {"mask": "mask_shape", "bias": "bias_shape", "legacy_mask": "legacy_shape"}
+
+
+def saveable(case: Case, overrides: dict) -> tuple[Case, dict] | None:
+    """``case`` with the array overrides of a call folded in (mask, bias, legacy_mask,
+    key_padding_mask, params) and the remaining JSON-scalar overrides: what a failure file
+    (this module) can hold; None when an override fits neither."""
+    spec, scalars = case.spec, {}
+    for key, value in overrides.items():
+        if key in _MASK_SHAPES:
+            spec = spec._replace(**{_MASK_SHAPES[key]: None if value is None else np.shape(value)})
+            case = case._replace(**{key: value})
+        elif key == "key_padding_mask":
+            spec = spec._replace(key_padding=value is not None)
+            case = case._replace(key_padding_mask=value)
+        elif key == "params":
+            case = case._replace(params=value)
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            scalars[key] = value
+        else:
+            return None
+    return case._replace(spec=spec), scalars
+
+
 def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
               overrides: dict) -> pathlib.Path:
     """Write ``case`` to ``path`` (.npz) and return the path.

@@ -138,7 +138,7 @@ class Impl(NamedTuple):
 
     def case(self, spec: CaseSpec, op: str = "mha") -> Case:
         """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype."""
-        return build_case(fit(spec, frozenset(self.backend.capabilities), self.dtype, op))
+        return build_case(fit(spec, op_capabilities(self.backend, op), self.dtype, op))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean, integers -- segment ids and
@@ -219,6 +219,9 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     "mha" may add ``num_kv_heads`` or replace ``params`` (an ``oracle.Params``). Raises ValueError
     for an unknown ``op``; the backend's own exceptions pass through; :class:`CallTimeout` past
     the run's per-call time limit."""
+    item = current_item.get()
+    if item is not None:  # the case a failure of this test saves (the plugin, on failure)
+        item.mhaspec_last_call = (impl, op, case, overrides)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}
     if op == "sdpa":
@@ -233,6 +236,27 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     if isinstance(out, AttentionOutputs):
         return impl.result(out)
     return impl.result(*out)
+
+
+def op_capabilities(backend, op: str | None) -> frozenset:
+    """The capabilities ``backend`` claims for operation ``op`` ("sdpa" or "mha"): its optional
+    ``capabilities_for(op)`` where it has one (an attention function and a module of one library
+    differ), else ``capabilities``. ``op`` None: ``capabilities``."""
+    scoped = getattr(backend, "capabilities_for", None)
+    if op is None or scoped is None:
+        return frozenset(backend.capabilities)
+    return frozenset(scoped(op))
+
+
+def op_deviations(deviations: Mapping[str, str], op: str | None) -> dict[str, str]:
+    """clause -> reason of the declared ``deviations`` that hold for operation ``op``: keys
+    ``"CLAUSE"`` hold for every operation, ``"CLAUSE@op"`` (e.g. ``"SHAPE-4@mha"``) for ``op`` only."""
+    out = {}
+    for key, reason in deviations.items():
+        clause, _, scope = key.partition("@")
+        if not scope or scope == op:
+            out.setdefault(clause, reason)
+    return out
 
 
 def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:
@@ -355,18 +379,52 @@ def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = Non
             f"dtype={impl.dtype!r}{extra})")
 
 
-def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict) -> str:
-    """Save the failing case's arrays for ``mhaspec replay`` when the run has a failures
-    directory; returns the line telling how to replay it ("" when not saved)."""
-    settings = run_settings()
-    if settings.failures_dir is None:
+def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict,
+                 item=None) -> str:
+    """Save the failing case (array overrides folded in, :func:`failure_file.saveable`) for
+    ``mhaspec replay`` when the run of ``item`` (default: the running test) has a failures directory, and
+    check that it reads back; returns the line telling how to replay it ("" when not saved) and
+    keeps it on the item (``mhaspec_replay``)."""
+    item = item if item is not None else current_item.get()
+    settings = item.config.stash.get(SETTINGS_KEY, RunSettings()) if item is not None else RunSettings()
+    fitting = failure_file.saveable(case, overrides)
+    if settings.failures_dir is None or fitting is None:
         return ""
-    item = current_item.get()
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.name if item is not None else clause)
     ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
-    path = failure_file.save_case(settings.failures_dir / f"{stem}.npz", impl, case, op=op,
-                                  clause=clause, backend_ref=ref, overrides=overrides)
-    return f"\nor: mhaspec replay {path} --backend {ref}"
+    path = failure_file.save_case(settings.failures_dir / f"{stem}.npz", impl, fitting[0], op=op,
+                                  clause=clause, backend_ref=ref, overrides=fitting[1])
+    try:
+        failure_file.read_case(path)
+    except failure_file.FailureFileError:
+        path.unlink()
+        return ""
+    line = f"mhaspec replay {path} --backend {ref}"
+    if item is not None:
+        item.mhaspec_replay = line
+    return "\nor: " + line
+
+
+def save_last_call(item, clause: str) -> str:
+    """After ``item`` failed: save the last case it ran (:func:`run`) unless a failure was saved
+    already; returns the replay line ("" when none)."""
+    if getattr(item, "mhaspec_replay", None):
+        return item.mhaspec_replay
+    last = getattr(item, "mhaspec_last_call", None)
+    if last is None:
+        return ""
+    impl, op, case, overrides = last
+    return save_failure(impl, case, op, clause, overrides, item=item).removeprefix("\nor: ")
+
+
+def record_failure(clause: str, what: str, error: float, scale: float, detail: str,
+                   spec: CaseSpec) -> None:
+    """Keep what a value check found on the running test (the plugin reports it and groups
+    failures by likely cause): the error, the magnitude it is relative to, expected vs got."""
+    item = current_item.get()
+    if item is not None:
+        item.mhaspec_failure = {"clause": clause, "what": what, "error": float(error),
+                                "scale": float(scale), "detail": detail, "case": repr(spec)}
 
 
 def allowance(case: Case, op: str, impl: Impl, ref: Reference | None = None) -> tuple[float, float]:
@@ -470,6 +528,9 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
     ref = ref or reference(case, op, impl.dtype, overrides or {})
     for what, verdict in check(impl, case, got, op=op, clause=clause, overrides=overrides, ref=ref):
         if not verdict.ok:
+            scale = magnitude(case, op, ref.expected) if what == "output" else 1.0
+            record_failure(clause, f"{op} {what}{context}", verdict.error, scale,
+                           f"differs from the float64 oracle: {verdict.describe()}", case.spec)
             saved = save_failure(impl, case, op, clause, overrides or {})
             raise AssertionError(
                 f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what}{context} "
@@ -500,10 +561,13 @@ def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, a
     """Assert two results of the same backend agree within ``allowed`` (a property's bound)."""
     error, where = tolerance.max_abs_error(got, want)
     if not error <= allowed:
+        record_failure(clause, what, error, max(_finite_max_abs(want), 1.0), f"max abs difference "
+                       f"{error:.3e} at index {where}, allowed {allowed:.3e}", case.spec)
+        saved = save_failure(impl, case, op, clause, {})
         raise AssertionError(
             f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {what}: max abs "
             f"difference {error:.3e} at index {where}, allowed {allowed:.3e} (twice NUM-3)\n"
-            f"reproduce the base case with:\n{reproducer(impl, op, case.spec)}")
+            f"reproduce the base case with:\n{reproducer(impl, op, case.spec)}" + saved)
 
 
 

@@ -2,9 +2,21 @@
 
 * ``--backend NAME|module:attr`` (repeatable) chooses the backends; default: every registered
   in-repo backend whose framework imports.
-* ``--mhaspec-profile dev|ci|certify`` chooses the Hypothesis profile (``ci`` is derandomized).
+* ``--mhaspec-profile dev|ci|certify|triage`` chooses the Hypothesis profile (``ci`` is
+  derandomized; ``triage`` is ``ci`` without shrinking).
 * ``--mhaspec-report FILE.json`` writes every result with its clause, backend, device and dtype.
 * ``--mhaspec-call-timeout SECONDS`` limits every backend call (default 60 s; 0: no limit).
+* ``--mhaspec-failures DIR`` saves every failing case that has arrays for ``mhaspec replay``.
+* ``--mhaspec-shrink-all`` shrinks every failure; by default only the first failure of each
+  backend x device x dtype cell (per worker) is shrunk, later ones run without Hypothesis's shrink
+  phase (one cause often fails many clauses).
+
+A failed result carries a readable ``message`` (:func:`readable_failure`), the exception
+(``crash``), the value check's finding (``failure``: error and magnitude, from the harness), the
+replay line and whether it was shrunk; the terminal summary groups failures by likely cause
+(:func:`verdicts.failure_groups`). A test may name a clause only if it requires the capabilities
+the clause needs (:mod:`clause_capabilities`); a backend may scope capabilities and deviations to
+one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys; :func:`harness.op_capabilities`).
 
 The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the :class:`Collector`
 (results, not-run records, progress), :data:`BACKENDS_KEY` the loaded backends and
@@ -27,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import time
 from collections import defaultdict
 
@@ -36,7 +49,7 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import harness, strategies, tolerance, verdicts
+from . import clause_capabilities, harness, strategies, tolerance, verdicts
 
 NOT_IMPLEMENTED = "not implemented"
 OPS = harness.OPS
@@ -86,6 +99,9 @@ class Collector:
         self.last_progress: dict[str, float] = {}
         self.hypothesis: dict = {}
         self.selection: dict = {}
+        #: (backend, device, dtype) cells with a failed test: later failures there are not shrunk
+        self.failed_cells: set[tuple[str, str, str]] = set()
+        self.shrink_all: bool = bool(config.getoption("--mhaspec-shrink-all"))
         timeout = config.getoption("--mhaspec-call-timeout")
         self.call_timeout: float | None = timeout or None
 
@@ -135,8 +151,14 @@ class Collector:
         if outcome is None:
             return
         entry = {**info, "nodeid": report.nodeid, "outcome": outcome, "duration": report.duration}
+        if outcome in ("fail", "deviation"):
+            self.failed_cells.add((info["backend"], info["device"], info["dtype"]))
         if outcome in verdicts.BAD:
-            entry["message"] = report.longreprtext[-4000:]
+            entry["crash"] = _crash(report)
+            entry["message"] = readable_failure(entry, report)
+        else:
+            for key in ("failure", "replay", "shrunk"):
+                entry.pop(key, None)
         self.results.append(entry)
         self.done[info["backend"]] += 1
         _progress(self.config, self, info["backend"])
@@ -174,6 +196,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="developing new clauses: do not fail when a testable clause has no test")
     group.addoption("--mhaspec-failures", default=None, metavar="DIR",
                     help="save each failing case as DIR/<test>.npz for `mhaspec replay`")
+    group.addoption("--mhaspec-shrink-all", action="store_true",
+                    help="shrink every failing test's example; default: only the first failure "
+                         "of each backend x device x dtype cell (one cause often fails many "
+                         "clauses, and shrinking each costs most of the run)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -236,21 +262,38 @@ def _deviations(backend, device: str, dtype: str):
     return on(device, dtype) if on is not None else backend.deviations
 
 
+def operation_of(op: str | None, needs: set[str]) -> str | None:
+    """The operation a test exercises, for per-operation scoping: its ``op`` parameter, else the
+    one of "mha" / "sdpa" it requires (None for neither)."""
+    return op or next((o for o in ("mha", "sdpa") if o in needs), None)
+
+
+def _scoped(backend, op: str | None) -> frozenset:
+    """:func:`harness.op_capabilities`, refused when it claims more than ``capabilities``."""
+    scoped = harness.op_capabilities(backend, op)
+    extra = sorted(scoped - set(backend.capabilities))
+    if extra:
+        raise pytest.UsageError(f"backend {backend.name}: capabilities_for({op!r}) claims {extra}, "
+                                f"which its capabilities (every operation's together) lack")
+    return scoped
+
+
 def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
     clauses = [c for m in metafunc.definition.iter_markers("clause") for c in m.args]
     needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
     needs |= {op} if op else set()
+    scope = operation_of(op, needs)
     only = {d for m in metafunc.definition.iter_markers("dtypes") for d in m.args}
     chosen = metafunc.config.getoption("--mhaspec-dtypes")
     chosen = set(chosen.split(",")) if chosen else None
     collector = metafunc.config.stash[COLLECTOR_KEY]
     params = []
     for backend in backends:
-        missing = sorted(needs - set(backend.capabilities))
+        missing = sorted(needs - _scoped(backend, scope))
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
-                deviations = _deviations(backend, device, dtype)
+                deviations = harness.op_deviations(_deviations(backend, device, dtype), scope)
                 declared = [c for c in clauses if c in deviations]
                 if only and dtype not in only:
                     continue
@@ -266,7 +309,8 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
                     marks.append(pytest.mark.skip(reason=f"device unavailable: {unavailable}"))
                 elif missing:
                     marks.append(pytest.mark.skip(
-                        reason=f"{NOT_IMPLEMENTED}: {backend.name} does not claim {missing}"))
+                        reason=f"{NOT_IMPLEMENTED}: {backend.name} does not claim {missing}"
+                               + (f" for {scope}" if set(missing) <= set(backend.capabilities) else "")))
                 elif declared:
                     marks.append(pytest.mark.xfail(
                         strict=True, reason="declared deviation: " + "; ".join(
@@ -315,6 +359,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     part of it is, the clauses no collected test names are recorded as not run."""
     if not any(_record(item) for item in items):
         return
+    _check_clause_tags(items)
     modules = {pathlib.Path(str(item.fspath)).resolve() for item in items}
     suite = {p.resolve() for p in CONFORMANCE_DIR.glob("test_*.py")}
     named = {c for item in items for m in item.iter_markers("clause") for c in m.args}
@@ -327,6 +372,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if unknown or untested:
         raise pytest.UsageError(f"conformance suite out of step with spec {spec.version}: "
                                 f"clauses without a test: {untested}; unknown clause ids: {unknown}")
+
+
+def _check_clause_tags(items) -> None:
+    """Refuse a test that names a clause it cannot exercise: every capability the clause needs
+    (:data:`clause_capabilities.NEEDS`) must be one the test requires or its operation."""
+    wrong: dict[str, str] = {}
+    for item in items:
+        if _record(item) is None:
+            continue
+        have = {c for m in item.iter_markers("requires") for c in m.args}
+        have |= {item.callspec.params["op"]} if "op" in item.callspec.params else set()
+        clauses = [c for m in item.iter_markers("clause") for c in m.args]
+        for clause, missing in clause_capabilities.untestable_tags(clauses, have).items():
+            name = getattr(item, "originalname", None) or item.name
+            wrong[f"{name} names {clause}"] = f"needs {missing}"
+    if wrong:
+        raise pytest.UsageError(
+            "conformance tests name clauses they cannot exercise (require the capabilities or "
+            "drop the clause): " + "; ".join(f"{k} ({v})" for k, v in sorted(wrong.items())))
 
 
 def pytest_deselected(items) -> None:
@@ -399,12 +463,39 @@ def pytest_runtest_call(item: pytest.Item):
         if outer is not None:
             outer(stats)
 
+    restore = _no_shrink_after_a_failure(item)
     try:
         with statistics.collector.with_value(count_examples):
             return (yield)
     finally:
+        restore()
         strategies.shape_menu.reset(shapes)
         harness.current_item.reset(token)
+
+
+def _no_shrink_after_a_failure(item: pytest.Item):
+    """Run ``item`` without Hypothesis's shrink (and explain) phases when its cell already has a
+    failed test and ``--mhaspec-shrink-all`` is not given; returns what undoes it. The settings
+    are the wrapped test's own, read by Hypothesis when the test is called."""
+    collector = item.config.stash.get(COLLECTOR_KEY, None)
+    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    test = getattr(item, "obj", None)
+    own = getattr(test, "_hypothesis_internal_use_settings", None)
+    # True: may shrink; False: not shrunk after an earlier failure; None: nothing to shrink (not a
+    # Hypothesis test, or a profile without shrinking such as triage)
+    item.mhaspec_shrink = True if own is not None and Phase.shrink in own.phases else None
+    if (collector is None or collector.shrink_all or not isinstance(impl, harness.Impl) or own is None
+            or (impl.backend.name, impl.device, impl.dtype) not in collector.failed_cells
+            or Phase.shrink not in own.phases):
+        return lambda: None
+    item.mhaspec_shrink = False
+    test._hypothesis_internal_use_settings = settings(
+        own, phases=[p for p in own.phases if p not in (Phase.shrink, Phase.explain)])
+
+    def restore() -> None:
+        test._hypothesis_internal_use_settings = own
+
+    return restore
 
 
 @pytest.hookimpl(wrapper=True)
@@ -413,11 +504,48 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     record = _record(item)
     if record is not None:
         del record["why"]
-        report.user_properties.append(("mhaspec", {
-            **record, "ratios": getattr(item, "mhaspec_ratios", {}),
-            "calls": getattr(item, "mhaspec_calls", 0),
-            "examples": getattr(item, "mhaspec_examples", 0)}))
+        info = {**record, "ratios": getattr(item, "mhaspec_ratios", {}),
+                "calls": getattr(item, "mhaspec_calls", 0),
+                "examples": getattr(item, "mhaspec_examples", 0)}
+        if report.when == "call" and report.failed:
+            info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
+            info["failure"] = getattr(item, "mhaspec_failure", None)
+            info["shrunk"] = getattr(item, "mhaspec_shrink", None)
+        if report.when == "call":
+            item.mhaspec_last_call = None  # its arrays are not kept for the rest of the run
+        report.user_properties.append(("mhaspec", info))
     return report
+
+
+def _crash(report: pytest.TestReport) -> str:
+    """The exception a failed test raised, as ``Type: message`` (AssertionError's type left out)."""
+    crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") or ""
+    return crash.removeprefix("AssertionError: ")
+
+
+#: Hypothesis's note naming the failing example (the wording changed across versions)
+FALSIFYING = re.compile(r"^(?:Falsifying (?:explicit )?example|Failing test case): (\w+\(.*?^\))",
+                        re.M | re.S)
+#: Hypothesis's advice on @reproduce_failure: the replay line is the suite's way
+REPRODUCE_FAILURE = re.compile(r"^You can reproduce this (?:test case|example) by temporarily.*$\n?",
+                               re.M)
+
+
+def readable_failure(entry: dict, report: pytest.TestReport, limit: int = 4000) -> str:
+    """A failure as people read it: the test, its cell and clauses; what it found (the expected
+    vs got of the check, or the exception); the case Hypothesis found; how to replay it."""
+    lines = [f"{entry['test']} on {entry['backend']} ({entry['device']}, {entry['dtype']}), "
+             f"clauses {', '.join(entry['clauses'])}:"]
+    crash = REPRODUCE_FAILURE.sub("", entry.get("crash") or report.longreprtext[-limit // 2:])
+    lines.append(crash.strip()[:3 * limit // 4])
+    example = FALSIFYING.search(report.longreprtext)
+    if example is not None and example.group(1) not in crash:
+        lines.append("case: " + " ".join(example.group(1).split())[:limit // 4])
+    if entry.get("replay") and entry["replay"] not in crash:
+        lines.append("replay: " + entry["replay"])
+    if entry.get("shrunk") is False:
+        lines.append("(not shrunk: an earlier test of this cell failed; --mhaspec-shrink-all)")
+    return "\n".join(lines)[:limit]
 
 
 def classify(report: pytest.TestReport) -> str | None:
@@ -500,6 +628,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         if gaps:
             line += f"; not run: {len(gaps)} clauses, e.g. " + "; ".join(gaps[:3])
         tr.write_line(line)
+    groups = verdicts.failure_groups(results)
+    if groups:
+        tr.section("mhaspec failures by likely cause")
+        for g in groups:
+            tr.write_line(verdicts.describe_group(g))
     path = config.getoption("--mhaspec-report")
     if path:
         pathlib.Path(path).write_text(json.dumps(results, indent=1), encoding="utf-8")

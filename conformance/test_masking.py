@@ -165,8 +165,12 @@ def test_all_true_mask_equals_no_mask(impl, op, spec):
 
 @pytest.mark.clause("MASK-11")
 @pytest.mark.requires("bias")
-@given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
+@given(spec=st.one_of(case_specs(masks=True, fully_masked=True),
+                      case_specs(masks=True).filter(lambda s: s.mask_shape is not None)))
+# always run: fully masked rows (a mask giving the mean of V where the -inf bias gives 0 or NaN)
+@example(spec=CaseSpec(mask_shape=(2, 1, 3, 3), fully_masked_rows=True, seed=1))
 def test_boolean_mask_equals_its_minus_inf_bias(impl, op, spec):
+    """Including fully masked rows, drawn about half the time: both forms must give the same."""
     case = impl.case(spec, op)
     as_bias = np.where(case.mask, 0.0, -np.inf)
     base, biased = harness.run(impl, op, case), harness.run(impl, op, case, mask=None, bias=as_bias)

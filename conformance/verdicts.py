@@ -13,11 +13,16 @@ matrix and the command line all call it, and no other module holds a verdict rul
   where some of its tests did not run.
 * The **backend verdict** is :func:`overall_verdict` over the clause entries, one of
   :data:`BACKEND_VERDICTS`.
+* **Failure groups** (:func:`failure_groups`): the failed results of a backend grouped by their
+  likely common cause (one cause, such as float32 arithmetic in a float64 path or an unsupported
+  ``d_v != d_k``, fails many clauses at once).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import statistics
 
 from collections import Counter
 from typing import Iterable
@@ -135,3 +140,87 @@ def backend_report(results: list[dict], spec, claimed: dict[str, dict[str, list[
         report[name] = {"clauses": clauses, "verdict": overall_verdict(clauses),
                         "counts": count_verdicts(clauses)}
     return report
+
+
+#: (dtype, lowest, highest, hint): a failed value check whose error relative to the result's
+#: magnitude lies in [lowest, highest) in a result of that dtype suggests the hint
+PRECISION_HINTS = (
+    ("float64", 1e-12, 1e-5, "float64 results carry float32 rounding errors: float32 arithmetic "
+                             "inside the float64 path?"),
+    ("float64", 1e-5, 3e-2, "float64 results carry float16/bfloat16/TF32 rounding errors: lower "
+                            "precision inside the float64 path?"),
+    ("float32", 1e-5, 3e-2, "float32 results carry float16/bfloat16/TF32 rounding errors: lower "
+                            "precision inside the float32 path?"),
+)
+#: relative error from which a value failure is a wrong computation rather than lost precision
+WRONG_VALUE = 3e-2
+#: the first line of an exception (``Type: message``; the suite's own checks are AssertionErrors,
+#: reported without their type)
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Timeout|Interrupt|Exit)\b")
+
+
+def relative_error(result: dict) -> float | None:
+    """A failed value check's error relative to the magnitude of the result (None when the
+    failure was not a value check)."""
+    failure = result.get("failure") or {}
+    if failure.get("error") is None:
+        return None
+    return failure["error"] / max(failure.get("scale") or 1.0, 1e-300)
+
+
+def likely_cause(result: dict) -> str:
+    """The likely cause of one failed result, worded so that results of one cause share it."""
+    rel = relative_error(result)
+    if rel is not None:
+        if not math.isfinite(rel):
+            return ("non-finite where the oracle is finite, or finite where it is not: an unguarded "
+                    "softmax, NaN/inf leaking past a mask, or results sanitised?")
+        for dtype, low, high, hint in PRECISION_HINTS:
+            if result["dtype"] == dtype and low <= rel < high:
+                return hint
+        if rel >= WRONG_VALUE:
+            return ("values wrong by more than rounding: the computation itself (scale, softmax "
+                    "axis, masks, layout)?")
+        return "values just outside the tolerance"
+    crash = (result.get("crash") or "").strip().splitlines()
+    if crash and EXCEPTION_LINE.match(crash[0]):  # raised by the backend, not a check of the suite
+        line = re.sub(r"\d+", "N", crash[0])[:160]
+        return (f"the same exception, {line}: an input the backend does not support (d_v != d_k, "
+                f"a size of 0, cross widths)?")
+    return "other failed assertions (see each failure)"
+
+
+def failure_groups(results: list[dict]) -> list[dict]:
+    """The failed results grouped by backend and :func:`likely_cause`, largest group first:
+    ``backend``, ``cause``, ``clauses``, ``cells`` (``device/dtype``), ``tests`` and, for value
+    failures, ``typical_relative_error`` (the median; None when not finite or not a value check)."""
+    groups: dict[tuple[str, str], dict] = {}
+    for r in results:
+        if r["outcome"] != "fail":
+            continue
+        g = groups.setdefault((r["backend"], likely_cause(r)), {
+            "backend": r["backend"], "cause": likely_cause(r), "clauses": set(), "cells": set(),
+            "tests": 0, "errors": []})
+        g["clauses"].update(r["clauses"])
+        g["cells"].add(cell(r))
+        g["tests"] += 1
+        rel = relative_error(r)
+        if rel is not None:
+            g["errors"].append(rel)
+    out = []
+    for g in groups.values():
+        errors = g.pop("errors")
+        typical = statistics.median(errors) if errors else None
+        out.append({**g, "clauses": sorted(g["clauses"]), "cells": sorted(g["cells"]),
+                    "typical_relative_error": None if typical is None else finite_or_none(typical)})
+    return sorted(out, key=lambda g: (g["backend"], -len(g["clauses"]), -g["tests"], g["cause"]))
+
+
+def describe_group(group: dict) -> str:
+    """One line for a failure group, e.g. ``b: 21 clauses (24 tests) on cpu/float64 fail by ~1e-07
+    relative: every such float64 value check fails by a little: float32 arithmetic inside ...``."""
+    typical = group.get("typical_relative_error")
+    by = f" fail by ~{typical:.0e} relative" if typical is not None else " fail"
+    return (f"{group['backend']}: {len(group['clauses'])} clauses ({group['tests']} tests) on "
+            f"{', '.join(group['cells'])}{by}: {group['cause']} "
+            f"[{', '.join(group['clauses'][:12])}{', ...' if len(group['clauses']) > 12 else ''}]")

@@ -275,6 +275,14 @@ class FullyMaskedRowsUniform(_Broken):
         return x
 
 
+class MaskMeanOfVDeclaredBiasZero(FullyMaskedRowsUniform):
+    """Declares MASK-9 (a fully masked row gives the mean of V, as Flax and Equinox do) and fills
+    boolean-masked logits with the dtype's minimum, while a -inf bias row gives 0 (the guarded
+    softmax): the mask and its -inf bias disagree on fully masked rows (MASK-11)."""
+
+    deviations = {"MASK-9": "a fully masked row gives the mean of V (masked logits = finfo.min)"}
+
+
 class FullyMaskedRowsNaN(_Broken):
     """Textbook softmax with no guard: a fully masked row gives exp(-inf - -inf) = NaN."""
 
@@ -555,7 +563,34 @@ class LseOfTheUnmaskedRow(_BrokenFeature):
         return right._replace(lse=super()._attention(q, k, v, **loose).lse)
 
 
+class Float32SoftmaxInFloat64(_Broken):
+    """Computes the attention (logits, softmax, weights times V) in float32 whatever the input
+    dtype and casts back: float64 results with float32 accuracy; float32 is right."""
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        low = [np.asarray(t).astype(np.float32) for t in additive]
+        out, w = super()._attend(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                                 allowed, low, scale)
+        return out.astype(q.dtype), w.astype(q.dtype)
+
+
+class ValueWidthMustEqualKeyWidth(_Broken):
+    """Refuses d_v != d_k (a kernel with one head width): every case with other widths raises."""
+
+    def scaled_dot_product_attention(self, q, k, v, **kw):
+        if v.shape[-1] != q.shape[-1]:
+            raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
+        return super().scaled_dot_product_attention(q, k, v, **kw)
+
+    def _attend(self, q, k, v, allowed, additive, scale):
+        if v.shape[-1] != q.shape[-1]:
+            raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
+        return super()._attend(q, k, v, allowed, additive, scale)
+
+
 WRONG_SCALE = WrongScale("broken-wrong-scale")
+FLOAT32_SOFTMAX_IN_FLOAT64 = Float32SoftmaxInFloat64("broken-float32-in-float64")
+VALUE_WIDTH_MUST_EQUAL_KEY_WIDTH = ValueWidthMustEqualKeyWidth("broken-dv-must-equal-dk")
 SOFTMAX_OVER_QUERIES = SoftmaxOverQueries("broken-softmax-axis")
 MASK_POLARITY_FLIPPED = MaskPolarityFlipped("broken-mask-polarity")
 HEADS_SPLIT_WRONG_ORDER = HeadsSplitWrongOrder("broken-head-order")
@@ -580,6 +615,7 @@ LEGACY_MASK_POLARITY_FLIPPED = LegacyMaskPolarityFlipped("broken-legacy-polarity
 LEGACY_MASK_IGNORED = LegacyMaskIgnored("broken-legacy-ignored")
 FULLY_MASKED_ROWS_UNIFORM = FullyMaskedRowsUniform("broken-masked-rows-uniform")
 FULLY_MASKED_ROWS_NAN = FullyMaskedRowsNaN("broken-masked-rows-nan")
+MASK_MEAN_OF_V_DECLARED_BIAS_ZERO = MaskMeanOfVDeclaredBiasZero("broken-mask-vs-bias-masked-rows")
 COMBINE_HEADS_WITHOUT_TRANSPOSE = CombineHeadsWithoutTranspose("broken-combine-no-transpose")
 HEADS_AVERAGED_AFTER_OUTPUT_BLOCKS = HeadsAveragedAfterOutputBlocks("broken-heads-averaged")
 MISSING_OUTPUT_BIAS = MissingOutputBias("broken-no-output-bias")
@@ -610,6 +646,8 @@ STALE_DEVIATION_IN_FLOAT32 = StaleDeviationInFloat32("stale-deviation-float32")
 #: attribute -> (backend name, clauses of which at least one must be reported failing)
 EXPECTED = {
     "WRONG_SCALE": ("broken-wrong-scale", {"SDPA-1", "SDPA-2", "MHA-1"}),
+    "FLOAT32_SOFTMAX_IN_FLOAT64": ("broken-float32-in-float64", {"SDPA-1", "NUM-3", "MHA-1"}),
+    "VALUE_WIDTH_MUST_EQUAL_KEY_WIDTH": ("broken-dv-must-equal-dk", {"SDPA-3", "MHA-4"}),
     "SOFTMAX_OVER_QUERIES": ("broken-softmax-axis", {"SDPA-1", "SDPA-4", "MHA-1"}),
     "MASK_POLARITY_FLIPPED": ("broken-mask-polarity", {"MASK-1", "MASK-10", "MASK-11"}),
     "HEADS_SPLIT_WRONG_ORDER": ("broken-head-order", {"HEAD-1", "HEAD-2", "MHA-1", "PARAM-2"}),
@@ -634,6 +672,7 @@ EXPECTED = {
     "LEGACY_MASK_IGNORED": ("broken-legacy-ignored", {"MASK-3"}),
     "FULLY_MASKED_ROWS_UNIFORM": ("broken-masked-rows-uniform", {"MASK-9"}),
     "FULLY_MASKED_ROWS_NAN": ("broken-masked-rows-nan", {"MASK-9"}),
+    "MASK_MEAN_OF_V_DECLARED_BIAS_ZERO": ("broken-mask-vs-bias-masked-rows", {"MASK-11"}),
     "COMBINE_HEADS_WITHOUT_TRANSPOSE": ("broken-combine-no-transpose", {"HEAD-2", "MHA-1"}),
     "HEADS_AVERAGED_AFTER_OUTPUT_BLOCKS": ("broken-heads-averaged", {"MHA-1", "MHA-5"}),
     "MISSING_OUTPUT_BIAS": ("broken-no-output-bias", {"MHA-1", "PARAM-1"}),

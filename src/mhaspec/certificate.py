@@ -289,6 +289,19 @@ def to_markdown(cert: dict) -> str:
     if b["deviations"]:
         lines += ["", "Declared deviations:", ""]
         lines += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in sorted(b["deviations"].items())]
+    groups = cert.get("failure_groups") or []
+    if groups:
+        run = cert.get("run", {})
+        lines += ["", "## Failures by likely cause", ""]
+        for g in groups:
+            typical = g.get("typical_relative_error")
+            by = f", typical relative error {typical:.0e}" if typical is not None else ""
+            lines.append(f"- **{md_text(g['cause'])}** {len(g['clauses'])} clauses, {g['tests']} "
+                         f"tests on {', '.join(md_text(c) for c in g['cells'])}{by}: "
+                         + ", ".join(md_text(c) for c in g["clauses"]))
+        if run.get("failures_not_shrunk"):
+            lines += ["", f"{run['failures_not_shrunk']} failures were not shrunk (shrinking: "
+                          f"{md_text(run.get('shrink', ''))}; `--mhaspec-shrink-all` shrinks every one)."]
     failing = [c for c in cert["clauses"] if c["failures"]]
     if failing:
         lines += ["", "## Failures", ""]

@@ -77,6 +77,16 @@ def _int_or_none(value):
         return None
 
 
+def operation_capabilities(backend) -> dict:
+    """``{"capabilities_by_operation": {op: [...]}}`` for a backend that scopes its capabilities
+    to an operation (``capabilities_for``), else ``{}``."""
+    from mhaspec.conformance.harness import OPS, op_capabilities
+
+    if getattr(backend, "capabilities_for", None) is None:
+        return {}
+    return {"capabilities_by_operation": {op: sorted(op_capabilities(backend, op)) for op in OPS}}
+
+
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
             call_timeout: float | None = None) -> int:
@@ -114,7 +124,8 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
                     "framework_version": str(backend.framework_version()),
                     "protocol_version": int(getattr(backend, "protocol_version", 1)),
                     "capabilities": sorted(backend.capabilities),
-                    "deviations": dict(sorted(backend.deviations.items()))},
+                    "deviations": dict(sorted(backend.deviations.items())),
+                    **operation_capabilities(backend)},
         "environment": {
             "python": platform.python_version(), "platform": platform.platform(),
             "devices": {d: {"name": device_name(backend, d), "dtypes": claimed[d],
@@ -131,7 +142,12 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
                 "selection": collector.selection,
                 "call_timeout_s": collector.call_timeout,
                 "tests_run": len(results), "tests_not_run": len(not_run),
+                "shrink": "every failure" if collector.shrink_all else "first failure of each cell",
+                "failures_not_shrunk": sum(r.get("shrunk") is False for r in results),
                 "seconds": round(seconds, 1)},
+        "failure_groups": [{k: g[k] for k in ("cause", "clauses", "cells", "tests",
+                                              "typical_relative_error")}
+                           for g in verdicts.failure_groups(results)],
         "issued": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "clauses": clauses,
         "summary": {"verdict": verdict, "counts": counts},

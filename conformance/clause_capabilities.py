@@ -1,0 +1,51 @@
+"""Which backend capabilities each clause's tests need: a test may name a clause only if it
+requires them (a test that names a clause its backend cannot exercise would report a false pass).
+
+:data:`NEEDS` maps clause id -> the capabilities any test of that clause must require (by its
+``requires`` markers or the operation ``op`` it is parametrized with). The plugin checks every
+collected conformance test against it (:func:`untestable_tags`) and refuses the run otherwise;
+``docs/backends.md``'s capability table is checked against it by the project's tests. A clause not
+listed needs no capability (the operations it is tested on add theirs).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+_SDPA = frozenset({"sdpa"})
+_MHA = frozenset({"mha"})
+_MASKS = frozenset({"masks"})
+_ERRORS = frozenset({"errors"})
+
+#: clause id -> capabilities every test naming it must require
+NEEDS: dict[str, frozenset[str]] = {
+    "SHAPE-1": _MHA, "SHAPE-2": frozenset({"weights"}), "SHAPE-3": _SDPA,
+    "PARAM-1": _MHA, "PARAM-2": _MHA,
+    "HEAD-1": frozenset({"heads"}), "HEAD-2": frozenset({"heads"}),
+    "SDPA-1": _SDPA, "SDPA-2": frozenset({"sdpa", "scale"}), "SDPA-3": _SDPA,
+    "SDPA-4": frozenset({"sdpa", "weights"}), "SDPA-5": _SDPA, "SDPA-6": _SDPA, "SDPA-7": _SDPA,
+    "MASK-1": _MASKS, "MASK-2": frozenset({"masks", "bias"}),
+    "MASK-3": frozenset({"masks", "legacy_mask"}), "MASK-5": _MASKS,
+    "MASK-6": frozenset({"masks", "causal"}), "MASK-7": frozenset({"masks", "causal"}),
+    "MASK-8": frozenset({"masks", "causal"}), "MASK-9": _MASKS, "MASK-10": _MASKS,
+    "MASK-11": frozenset({"masks", "bias"}), "MASK-12": _MASKS, "MASK-13": _MASKS,
+    "MHA-1": _MHA, "MHA-2": _MHA, "MHA-3": _MHA, "MHA-4": frozenset({"mha", "cross"}),
+    "MHA-5": _MHA, "MHA-6": frozenset({"gqa"}),  # grouped heads in either operation (spec 1.2)
+    **{f"ERR-{i}": _ERRORS for i in range(1, 11)},
+    "ERR-2": frozenset({"errors", "mha"}), "ERR-7": frozenset({"errors", "masks"}),
+    "ERR-9": frozenset({"errors", "legacy_mask"}),
+    "NUM-2": _SDPA, "NUM-3": _SDPA, "NUM-4": _SDPA,
+    "GRAD-1": frozenset({"grad"}), "GRAD-2": frozenset({"grad", "masks"}),
+}
+
+
+def untestable_tags(clauses: Iterable[str], required: Iterable[str]) -> dict[str, list[str]]:
+    """clause -> the capabilities it needs that ``required`` (a test's ``requires`` markers plus
+    its operation) lacks; empty when every clause is exercisable."""
+    have = set(required)
+    out = {}
+    for clause in clauses:
+        missing = sorted(NEEDS.get(clause, frozenset()) - have)
+        if missing:
+            out[clause] = missing
+    return out
