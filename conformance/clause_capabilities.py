@@ -34,8 +34,16 @@ NEEDS: dict[str, frozenset[str]] = {
     **{f"ERR-{i}": _ERRORS for i in range(1, 11)},
     "ERR-2": frozenset({"errors", "mha"}), "ERR-7": frozenset({"errors", "masks"}),
     "ERR-9": frozenset({"errors", "legacy_mask"}),
-    "NUM-2": _SDPA, "NUM-3": _SDPA, "NUM-4": _SDPA,
+    "NUM-3": _SDPA, "NUM-4": _SDPA,
     "GRAD-1": frozenset({"grad"}), "GRAD-2": frozenset({"grad", "masks"}),
+    # spec 1.2: each chapter needs its feature's capability (GQA-1/2: grouped heads in attention)
+    "GQA-1": frozenset({"sdpa", "gqa"}), "GQA-2": frozenset({"sdpa", "gqa"}),
+    **{f"SOFTCAP-{i}": frozenset({"softcap"}) for i in (1, 2)},
+    **{f"WIN-{i}": frozenset({"window"}) for i in (1, 2, 3)},
+    **{f"ALIBI-{i}": frozenset({"alibi"}) for i in (1, 2, 3)},
+    **{f"SEG-{i}": frozenset({"segments"}) for i in (1, 2, 3, 4, 5)},
+    **{f"CACHE-{i}": frozenset({"kv_cache"}) for i in (1, 2, 3, 4)},
+    **{f"LSE-{i}": frozenset({"lse"}) for i in (1, 2)},
 }
 
 
