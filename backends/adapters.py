@@ -78,8 +78,9 @@ class NativeAdapter:
             **grouping):
         """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (output
         (B, L_q, d_out), weights (B, h, L_q, L_k) or None), input validated; ``grouping`` is
-        ``{"num_kv_heads": g}`` with "gqa". Default: :meth:`mha_over_attention`."""
-        if "sdpa" not in self.capabilities:
+        ``{"num_kv_heads": g}`` with "gqa". Default, when "mha" is claimed:
+        :meth:`mha_over_attention`."""
+        if "mha" not in self.capabilities:
             self.unsupported("multi-head attention")
         return self.mha_over_attention(query, key, value, params, num_heads, masks, **grouping)
 

@@ -376,7 +376,7 @@ def test_numpy_adapter_base_fills_in_the_protocol():
 
     class Softmax(NumpyAdapter):
         native_op = "a NumPy function"
-        capabilities = frozenset({"sdpa", "masks", "errors"})
+        capabilities = frozenset({"sdpa", "mha", "masks", "errors"})  # mha: projections around it
 
         def attention(self, q, k, v, m):
             allowed = masks.allowed_mask(q.shape[2], k.shape[2], like=q, mask=m.mask,
@@ -414,7 +414,7 @@ def test_module_adapter_base_and_untranslated():
 
     class Module(NumpyAdapter):
         native_op = "a module"
-        capabilities = frozenset({"mha", "errors"})
+        capabilities = frozenset({"errors"})
         conventions = {"order": ("MHA-4", "value before key")}
 
     be = Module("module-test")
