@@ -29,8 +29,10 @@ whatever the input dtype, so float64 results have float32 accuracy (declared aga
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import _jax_compile_budget, masks
-from .adapters import JaxAdapter, MaskArgs
+from .adapters import Features, JaxAdapter, MaskArgs
 from .jax_backend import _jax, _jnp
 
 # float64 is not claimed: the op evaluates the softmax in float32 whatever the input dtype
@@ -47,6 +49,42 @@ _DEVIATIONS = {
 }
 
 
+def native_features(features: Features, causal, len_q: int, len_k: int) -> dict | None:
+    """The arguments of ``jax.nn.dot_product_attention`` that express ``features`` exactly (as
+    keywords of :meth:`JaxDPA._native_sdpa`), or None when only an explicit mask does.
+
+    Exact when the positions are array indices shifted by one offset the op can take: no segment
+    ids (or one id per row, shared by queries and keys), no softcap, ALiBi, cache or lse; the
+    diagonal top-left, or bottom-right with every row's offset (valid keys - valid queries, or
+    L_k - L_q without lengths) zero. Lengths then go to ``query_seq_lengths`` /
+    ``key_value_seq_lengths`` (int32), the window to ``local_window_size`` (an unbounded side as
+    max(L_q, L_k)) and causal to ``is_causal``."""
+    if features.softcap is not None or features.slopes is not None or features.cached \
+            or features.lse:
+        return None
+    out: dict = {}
+    offsets = np.array([len_k - len_q])
+    pos = features.positions
+    if pos is not None:
+        if pos.query_segment.size and pos.key_segment.size:
+            ids = pos.query_segment[:, :1]
+            if not (np.all(pos.query_segment == ids) and np.all(pos.key_segment == ids)):
+                return None
+        elif np.any(pos.query_segment != 0) or np.any(pos.key_segment != 0):
+            return None
+        q_len, k_len = pos.query_valid.sum(axis=1), pos.key_valid.sum(axis=1)
+        out.update(query_seq_lengths=q_len.astype(np.int32),
+                   key_value_seq_lengths=k_len.astype(np.int32))
+        offsets = k_len - q_len
+    diagonal = features.diagonal or causal
+    if diagonal == "bottom_right" and np.any(offsets != 0):
+        return None
+    if features.window is not None:
+        out["local_window_size"] = masks.native_window(features.window, "top_left", len_q, len_k)
+    out["causal_serves"] = True
+    return out
+
+
 class JaxDPA(JaxAdapter):
     """``jax.nn.dot_product_attention`` behind the spec's SDPA."""
 
@@ -55,7 +93,8 @@ class JaxDPA(JaxAdapter):
 
     framework = "jax"
     native_op = "jax.nn.dot_product_attention"
-    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad"})
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad", "gqa",
+                              "window", "segments"})
     deviations = _DEVIATIONS
     conventions = {
         "causal-alignment": ("MASK-7", "is_causal=True is top-left; bottom-right with L_q != L_k "
@@ -70,11 +109,23 @@ class JaxDPA(JaxAdapter):
     def attention(self, q, k, v, m: MaskArgs):
         return self._native_sdpa(q, k, v, m), None
 
-    def _native_sdpa(self, q, k, v, m: MaskArgs):
+    def attention_features(self, q, k, v, m: MaskArgs, features: Features):
+        """The op's own ``local_window_size``, ``query_seq_lengths`` and ``key_value_seq_lengths``
+        where they are exact (WIN-3: its window is top-left on indices; its lengths pad queries
+        and keys, SEG-2): no segment ids (or one id per row), and a top-left diagonal, or every
+        row's bottom-right offset zero. Otherwise the generic path: an explicit mask."""
+        native = native_features(features, m.causal, self._shape(q)[2], self._shape(k)[2])
+        if native is None:
+            return NotImplemented
+        return self._native_sdpa(q, k, v, m, **native), None
+
+    def _native_sdpa(self, q, k, v, m: MaskArgs, *, local_window_size=None,
+                     query_seq_lengths=None, key_value_seq_lengths=None, causal_serves=None):
         jax, jnp = _jax(), _jnp()
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         d_k, d_v = self._shape(q)[3], self._shape(v)[3]
-        is_causal = self.native_causal(m.causal, len_q, len_k)
+        is_causal = self.native_causal(m.causal, len_q, len_k) if causal_serves is None \
+            else m.causal is not None
         allowed = masks.allowed_mask(len_q, len_k, like=q, mask=m.mask,
                                      key_padding_mask=m.key_padding_mask,
                                      causal=None if is_causal else m.causal)
@@ -91,9 +142,13 @@ class JaxDPA(JaxAdapter):
         # avoid, and the op accumulates them in float32 at the default precision
         precision = "highest" if q.dtype == jnp.float32 else None
         with jax.default_matmul_precision(precision):
+            lengths = {n: None if x is None else jnp.asarray(x, dtype=jnp.int32)
+                       for n, x in (("query_seq_lengths", query_seq_lengths),
+                                    ("key_value_seq_lengths", key_value_seq_lengths))}
             out = jax.nn.dot_product_attention(btnh(q), btnh(k), btnh(v), bias=additive,
                                                mask=allowed, scale=m.scale, is_causal=is_causal,
-                                               implementation="xla")
+                                               local_window_size=local_window_size,
+                                               implementation="xla", **lengths)
         return jnp.transpose(out[..., :d_v], (0, 2, 1, 3)) if layout else out[..., :d_v]
 
 
@@ -102,10 +157,11 @@ class JitJaxDPA(JaxDPA):
 
     def __init__(self, name: str = "jax-dpa-jit"):
         super().__init__(name)
-        self._jitted = None
+        self.reset()
 
     def reset(self):
-        self._jitted = None  # compiled with the translations of the adapter it was copied from
+        # compiled with the translations of the adapter it was copied from
+        self._jitted = self._jitted_features = None
 
     def dtypes(self, device: str) -> tuple[str, ...]:
         # Under jit the op's float16 dots (F16_F16_F32) fail to compile on CPU ("not supported by
@@ -123,10 +179,23 @@ class JitJaxDPA(JaxDPA):
         arrays = m._replace(causal=None, scale=None)
         return self._jitted(q, k, v, arrays, causal=m.causal, scale=m.scale), None
 
-    def _native_sdpa_static(self, q, k, v, arrays: MaskArgs, *, causal, scale):
+    def attention_features(self, q, k, v, m: MaskArgs, features: Features):
+        native = native_features(features, m.causal, self._shape(q)[2], self._shape(k)[2])
+        if native is None:
+            return NotImplemented
+        if self._jitted_features is None:
+            self._jitted_features = _jax().jit(
+                self._native_sdpa_static,
+                static_argnames=("causal", "scale", "local_window_size", "causal_serves"))
+        _jax_compile_budget.tick(_jax())
+        arrays = m._replace(causal=None, scale=None)
+        return self._jitted_features(q, k, v, arrays, causal=m.causal, scale=m.scale,
+                                     **native), None
+
+    def _native_sdpa_static(self, q, k, v, arrays: MaskArgs, *, causal, scale, **native):
         """:meth:`_native_sdpa` with the mask arrays traced and ``causal`` and ``scale`` static
         (the op needs them as Python values)."""
-        return self._native_sdpa(q, k, v, arrays._replace(causal=causal, scale=scale))
+        return self._native_sdpa(q, k, v, arrays._replace(causal=causal, scale=scale), **native)
 
 
 DPA = JaxDPA("jax-dpa")

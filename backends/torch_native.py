@@ -20,7 +20,10 @@ anything reaches torch, so the ERR clauses hold; the arguments are converted wit
       whose first rows are fully masked and for which torch warns that ``CausalBias`` may give NaN,
       or causal combined with other masks: ``is_causal`` cannot be combined with ``attn_mask``) the
       causal mask is an explicit boolean mask;
-    * SDPA returns no attention weights: the adapter returns ``None`` and does not claim "weights".
+    * SDPA returns no attention weights: the adapter returns ``None`` and does not claim "weights";
+    * grouped key/value heads (``gqa``, GQA-1: k and v with g heads, g dividing h) use
+      ``enable_gqa=True``, which maps query head i to key/value head ``i // (h / g)`` as the spec
+      does.
     Observed with torch 2.13 on CPU: a fully masked row gives 0 (safe softmax), as MASK-9 asks.
 
 ``torch-mha`` (:data:`MHA`), ``torch.nn.MultiheadAttention`` (``batch_first=True``, dropout 0, eval,
@@ -63,7 +66,7 @@ class TorchSDPA(TorchAdapter):
     conventions = {"causal-alignment": (
         "MASK-7", "is_causal=True is top-left; bottom-right with L_q < L_k goes through "
                   "causal_lower_right, otherwise an explicit mask")}
-    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad"})
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad", "gqa"})
     deviations = {
         "MASK-13": "a NaN or inf key behind a boolean mask or key_padding_mask leaks into the rows "
                    "that exclude it (PyTorch issue 101967: the mask is added as -inf, and "
@@ -104,6 +107,8 @@ class TorchSDPA(TorchAdapter):
             kwargs["attn_mask"] = allowed
         # no torch.no_grad(): mha_vjp differentiates through the kernel (plain calls build no graph,
         # their inputs do not require grad)
+        if self._shape(k)[1] != self._shape(q)[1]:  # GQA-1: query head i uses kv head i // (h/g)
+            kwargs["enable_gqa"] = True
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=m.scale, **kwargs)
         return out, None
 
