@@ -12,23 +12,25 @@ Subclass the base of the framework your op computes in and override what it has:
   v_dim), params, num_heads, masks) -> (output (B, L_q, d_out), weights or None)`` for a module
   (``nn.MultiheadAttention``, Keras ``MultiHeadAttention``, a Hugging Face attention layer).
 
-=========================  ==============================================================
-base                       arrays (``asarray``, ``to_numpy``, ``device_of``, dtypes)
-=========================  ==============================================================
-:class:`NumpyAdapter`      NumPy on the CPU: float64, float32, float16
-:class:`TorchAdapter`      torch tensors on CPU and CUDA (TF32 off): all four floating dtypes
-:class:`JaxAdapter`        JAX arrays on CPU and GPU (x64 on): all four
-:class:`TensorFlowAdapter` TensorFlow tensors on CPU and GPU (TF32 off): all four
-=========================  ==============================================================
+The bases:
+
+* :class:`NumpyAdapter`: NumPy on the CPU; float64, float32, float16;
+* :class:`TorchAdapter`: torch tensors on CPU and CUDA (TF32 off); all four floating dtypes;
+* :class:`JaxAdapter`: JAX arrays on CPU and GPU (x64 on); all four;
+* :class:`TensorFlowAdapter`: TensorFlow tensors on CPU and GPU (TF32 off); all four.
+
+Each fills in ``asarray``, ``to_numpy``, ``device_of``, ``devices``, ``dtypes``,
+``framework_version`` and ``precision_flags``; override ``dtypes`` for what the op supports.
 
 The public entry points (``scaled_dot_product_attention``, ``multi_head_attention``, ``mha_vjp``)
 validate every argument first (chapter ERR, the same checks and messages as the in-repo backends),
 apply the default scale, and gather the masking arguments into one :class:`MaskArgs` (``mask``,
 ``bias``, ``legacy_mask``, ``key_padding_mask``, ``causal``, ``scale``, and spec 1.2's ``softcap``
-and ``alibi`` bias), so ``attention`` and ``mha`` see valid input only; translate the masks with :mod:`.masks` and the parameters with
-:mod:`.layouts`. What the op cannot express: call :meth:`NativeAdapter.unsupported` (raises
-``NotImplementedError``, reported as such, never as a pass). Capabilities default to ``errors``
-only: claim what the op has; declare what it does differently in ``deviations``.
+and ``alibi`` bias), so ``attention`` and ``mha`` see valid input only; translate the masks with
+:mod:`.masks` and the parameters with :mod:`.layouts`. What the op cannot express: call
+:meth:`NativeAdapter.unsupported` (raises ``NotImplementedError``, reported as such, never as a
+pass). Capabilities default to ``errors`` only: claim what the op has; declare what it does
+differently in ``deviations``.
 
 Spec 1.2 features (capabilities "gqa", "softcap", "window", "alibi", "segments"): a call with one
 the adapter claims reaches ``attention`` / ``mha`` with the features folded into the masks (the
@@ -52,8 +54,8 @@ from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
 from .torch_backend import TorchBackend
 
-__all__ = ["Features", "JaxAdapter", "MaskArgs", "NativeAdapter", "NumpyAdapter", "TensorFlowAdapter",
-           "TorchAdapter"]
+__all__ = ["Features", "JaxAdapter", "MaskArgs", "NativeAdapter", "NumpyAdapter",
+           "TensorFlowAdapter", "TorchAdapter"]
 
 
 class NativeAdapter:
@@ -118,7 +120,8 @@ class NativeAdapter:
         """A copy of this adapter that passes the spec's arguments to the native op as they are,
         without translating convention ``key``."""
         if key not in self.conventions:
-            raise ValueError(f"{self.name}: no convention {key!r}; known: {sorted(self.conventions)}")
+            raise ValueError(f"{self.name}: no convention {key!r}; "
+                             f"known: {sorted(self.conventions)}")
         other = copy.copy(self)
         other.name = f"{self.name}[untranslated {key}]"
         other.translated = self.translated - {key}

@@ -56,8 +56,9 @@ class Projections(NamedTuple):
 
 
 #: Module names of the four projections, for :func:`to_state_dict` / :func:`from_state_dict`.
-#: Hugging Face BERT-style ``BertAttention`` (``attention.self.query`` ... ``attention.output.dense``;
-#: the output module's residual LayerNorm is not part of multi-head attention).
+#: Hugging Face BERT-style ``BertAttention`` (``attention.self.query`` ...
+#: ``attention.output.dense``; the output module's residual LayerNorm is not part of multi-head
+#: attention).
 HF_BERT = Projections("self.query", "self.key", "self.value", "output.dense")
 #: Equinox ``eqx.nn.MultiheadAttention`` (each an ``eqx.nn.Linear``, weight ``(out, in)``).
 EQUINOX = Projections("query_proj", "key_proj", "value_proj", "output_proj")
@@ -142,9 +143,10 @@ def to_torch_mha(params: MHAParams, *, packed: bool | None = None) -> dict[str, 
 
 
 def from_torch_mha(named: Mapping[str, Any]) -> MHAParams:
-    """:class:`MHAParams` from ``nn.MultiheadAttention``'s parameters (``dict(m.named_parameters())``,
-    its ``state_dict()``, or gradients under the same names): the packed ``in_proj_weight`` is split
-    into three row blocks, every weight transposed; biases are None when the module has none."""
+    """:class:`MHAParams` from ``nn.MultiheadAttention``'s parameters
+    (``dict(m.named_parameters())``, its ``state_dict()``, or gradients under the same names):
+    the packed ``in_proj_weight`` is split into three row blocks, every weight transposed; biases
+    are None when the module has none."""
     if "in_proj_weight" in named and named["in_proj_weight"] is not None:
         packed = named["in_proj_weight"]
         e = shape_of(packed)[0] // 3

@@ -7,20 +7,15 @@ The spec (chapter MASK) gives ``mask`` (boolean, True = may attend, broadcastabl
 blocked, added times -1e9, MASK-3), ``key_padding_mask`` (``(B, L_k)``, True = key present) and
 ``causal`` (``"top_left"`` / ``"bottom_right"``, MASK-6/7). Native ops want one of:
 
-=====================================  ==================================================
-native form                            helper
-=====================================  ==================================================
-boolean, True = may attend             :func:`allowed_mask` (torch SDPA, jax, Keras, ONNX)
-boolean, True = blocked                :func:`blocked` of it (``nn.MultiheadAttention``)
-additive, -inf (or a finite fill)      :func:`additive_mask` + :func:`fill_blocked`
-per-batch key lengths                  :func:`key_lengths` (jax ``key_value_seq_lengths``,
-                                       ONNX ``nonpad_kv_seqlen``)
-a top-left causal flag                 :func:`native_causal_serves`, else
-                                       :func:`causal_mask` explicitly (bottom-right)
-a top-left index window                :func:`native_window` (jax ``local_window_size``)
-segments, lengths, windows             :func:`structural_mask` (spec 1.2, via
-                                       :mod:`.positions`)
-=====================================  ==================================================
+* boolean, True = may attend (torch SDPA, jax, Keras, ONNX): :func:`allowed_mask`;
+* boolean, True = blocked (``nn.MultiheadAttention``): :func:`blocked` of it;
+* additive, -inf or a finite fill: :func:`additive_mask` and :func:`fill_blocked`;
+* per-batch key lengths (jax ``key_value_seq_lengths``, ONNX ``nonpad_kv_seqlen``):
+  :func:`key_lengths`, and back with :func:`lengths_mask`;
+* a causal flag: :func:`native_causal_serves` says when it computes the spec's ``causal``; else
+  :func:`causal_mask` explicitly (bottom-right with L_q != L_k under a top-left flag);
+* a top-left index window (jax ``local_window_size``): :func:`native_window`, when exact;
+* segments, lengths and windows of spec 1.2 as one boolean: :func:`structural_mask`.
 
 The array helpers take and return the caller's arrays (NumPy, torch, JAX including tracers,
 TensorFlow; see :mod:`.array_ops`); ``like`` is an array of the computation (q) whose dtype and

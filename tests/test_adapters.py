@@ -256,7 +256,8 @@ def test_allowed_and_additive_forms_through_torch_sdpa(torch, causal):
 
 
 def test_blocked_form_through_nn_multihead_attention(torch):
-    """blocked() of the allowed mask and of the key padding mask: nn.MultiheadAttention's polarity."""
+    """blocked() of the allowed mask and of the key padding mask: nn.MultiheadAttention's
+    polarity (True = may not attend)."""
     rng = np.random.default_rng(7)
     d_model = 6
     query, key, value = _inputs(rng, d_model, d_model, d_model, len_q=L_K)
