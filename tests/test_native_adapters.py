@@ -237,3 +237,21 @@ def test_every_translated_convention_is_confirmed(name):
     rows = conventions.confirm(load(name))
     assert rows, f"{name} declares no convention"
     assert all(r.confirmed for r in rows), rows
+
+
+@pytest.mark.parametrize("case", ["plain", "mask-4d-heads", "causal-bottom-right", "key-padding"])
+@pytest.mark.parametrize("g", [1, 3])
+@pytest.mark.parametrize("name", [n for n in adapters("gqa") if n in adapters("sdpa")])
+def test_sdpa_adapter_with_grouped_key_value_heads(name, g, case):
+    """GQA-1: k and v with g of the h = 6 heads; query head i attends with kv head i // (h / g)."""
+    be = load(name)
+    rng = np.random.default_rng(4)
+    b, h, l_q, l_k, d_k, d_v = 2, 6, 4, 6, 5, 3
+    q, k, v = (rng.standard_normal(s) for s in ((b, h, l_q, d_k), (b, g, l_k, d_k), (b, g, l_k, d_v)))
+    kw = dict(SDPA_CASES[case])
+    arrays = _arrays(rng, b, h, l_q, l_k)
+    be_kw = _convert(be, kw, arrays, "float32")
+    out, _ = be.scaled_dot_product_attention(*(be.asarray(x, dtype="float32") for x in (q, k, v)),
+                                             **be_kw)
+    ref, _ = oracle.attention(q, k, v, **kw)
+    np.testing.assert_allclose(be.to_numpy(out), ref, rtol=0, atol=TOL["float32"])
