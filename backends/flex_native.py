@@ -1,0 +1,106 @@
+"""Adapter for PyTorch's FlexAttention, ``torch.nn.attention.flex_attention.flex_attention``
+(eager, CPU and CUDA): ``torch-flex``.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
+
+Inputs are validated with :mod:`._validate` (through :class:`~.torch_backend.TorchBackend`'s entry
+points) before anything reaches torch. FlexAttention takes the spec's layout ``(B, h, L, d)`` with
+``d_v != d_k`` and a ``scale``; everything else is expressed through its two callbacks:
+
+* ``block_mask`` (``create_block_mask(mask_mod, B, h, L_q, L_k)``): ``mask_mod(b, h, q_idx,
+  kv_idx)`` returns True where the query may attend (the spec's polarity): the AND of ``mask``
+  (expanded to ``(B, h, L_q, L_k)`` and indexed), ``key_padding_mask[b, kv_idx]`` and the causal
+  condition ``kv_idx <= q_idx + offset`` (offset 0 top-left, ``L_k - L_q`` bottom-right);
+* ``score_mod(score, b, h, q_idx, kv_idx)`` receives the scaled logit and returns it plus
+  ``bias`` and ``legacy_mask * -1e9`` at that index;
+* the op returns no attention weights: ``None``, and "weights" is not claimed.
+
+It is called without ``torch.compile`` (the unfused path that materialises the scores: the one that
+runs on a CPU without a compiler toolchain); the warning it prints about that is silenced.
+
+Observed with torch 2.13 on CPU: a fully masked row gives 0 (MASK-9 holds, with the block mask and
+with ``-inf`` from ``score_mod``); a NaN key behind the block mask does not leak (MASK-13 holds); a
+NaN query row gives NaN (NUM-6 holds); ``L_k = 0`` raises ``IndexError`` ("max(): Expected
+reduction dim 3 to have non-zero size") and ``create_block_mask`` with ``L_q = 0`` or ``L_k = 0``
+raises ``ZeroDivisionError`` (declared against SHAPE-4).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ._generic import MaskArgs
+from ._native_common import NativeMixin
+from .torch_backend import TorchBackend
+
+_EAGER_WARNING = "flex_attention called without torch.compile"
+
+
+class FlexAttention(NativeMixin, TorchBackend):
+    """``flex_attention`` (eager) behind the spec's SDPA."""
+
+    framework = "torch"
+    native_op = "torch.nn.attention.flex_attention.flex_attention (eager)"
+    capabilities = frozenset({"sdpa", "masks", "bias", "scale", "causal", "legacy_mask", "errors",
+                              "grad"})
+    deviations = {
+        "SHAPE-4": "L_k = 0 raises IndexError ('max(): Expected reduction dim 3 to have non-zero "
+                   "size'); create_block_mask with L_q = 0 or L_k = 0 raises ZeroDivisionError",
+    }
+    #: it takes the spec's layout, polarity and alignment as they are: nothing to translate
+    conventions: dict = {}
+
+    def __init__(self, name: str = "torch-flex"):
+        NativeMixin.__init__(self, name)
+
+    def _cast_like(self, x, like):
+        return x.to(dtype=like.dtype, device=like.device)
+
+    def _vjp_forward(self, *args):
+        """GRAD: autograd through the spec's projections around the native op."""
+        return self._mha_over_sdpa(*args)
+
+    def _mha(self, *args):
+        self._unsupported("multi-head attention (it is the attention kernel only)")
+
+    def _sdpa(self, q, k, v, masks: MaskArgs):
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        b, h, len_q, _ = self._shape(q)
+        len_k = self._shape(k)[2]
+        allowed = self._allowed_rank4(len_q, len_k, q, masks.mask, masks.key_padding_mask, None)
+        additive = self._additive_sum(masks, q)
+        kwargs = {}
+        if allowed is not None or masks.causal is not None:
+            kwargs["block_mask"] = create_block_mask(
+                self._mask_mod(allowed, masks.causal, (b, h, len_q, len_k)), b, h, len_q, len_k,
+                device=q.device.type)
+        if additive is not None:
+            bias = additive.expand(b, h, len_q, len_k)
+
+            def score_mod(score, bi, hi, qi, ki):
+                return score + bias[bi, hi, qi, ki]
+
+            kwargs["score_mod"] = score_mod
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_EAGER_WARNING)
+            out = flex_attention(q, k, v, scale=masks.scale, **kwargs)
+        return out, None
+
+    @staticmethod
+    def _mask_mod(allowed, causal, full):
+        """``mask_mod(b, h, q_idx, kv_idx)``: ``allowed`` (rank 4 or None) at the index AND the
+        causal condition ``kv_idx <= q_idx + offset`` (offset 0 top-left, L_k - L_q bottom-right)."""
+        offset = 0 if causal != "bottom_right" else full[3] - full[2]
+        table = None if allowed is None else allowed.expand(*full)
+
+        def mask_mod(bi, hi, qi, ki):
+            if causal is None:
+                return table[bi, hi, qi, ki]
+            ok = ki <= qi + offset
+            return ok if table is None else ok & table[bi, hi, qi, ki]
+
+        return mask_mod
+
+
+FLEX = FlexAttention("torch-flex")
