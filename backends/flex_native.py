@@ -22,7 +22,9 @@ Observed with torch 2.13 on CPU: a fully masked row gives 0 (MASK-9 holds, with 
 with ``-inf`` from ``score_mod``); a NaN key behind the block mask does not leak (MASK-13 holds); a
 NaN query row gives NaN (NUM-6 holds); ``L_k = 0`` raises ``IndexError`` ("max(): Expected
 reduction dim 3 to have non-zero size") and ``create_block_mask`` with ``L_q = 0`` or ``L_k = 0``
-raises ``ZeroDivisionError`` (declared against SHAPE-4).
+raises ``ZeroDivisionError`` (declared against SHAPE-4). Its backward raises
+``NotImplementedError("FlexAttention does not support backward on CPU. ...")``, so "grad" is not
+claimed.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ class FlexAttention(NativeMixin, TorchBackend):
 
     framework = "torch"
     native_op = "torch.nn.attention.flex_attention.flex_attention (eager)"
-    capabilities = frozenset({"sdpa", "masks", "bias", "scale", "causal", "legacy_mask", "errors",
-                              "grad"})
+    # no "grad": "FlexAttention does not support backward on CPU" (NotImplementedError, torch 2.13)
+    capabilities = frozenset({"sdpa", "masks", "bias", "scale", "causal", "legacy_mask", "errors"})
     deviations = {
         "SHAPE-4": "L_k = 0 raises IndexError ('max(): Expected reduction dim 3 to have non-zero "
                    "size'); create_block_mask with L_q = 0 or L_k = 0 raises ZeroDivisionError",
@@ -55,10 +57,6 @@ class FlexAttention(NativeMixin, TorchBackend):
 
     def _cast_like(self, x, like):
         return x.to(dtype=like.dtype, device=like.device)
-
-    def _vjp_forward(self, *args):
-        """GRAD: autograd through the spec's projections around the native op."""
-        return self._mha_over_sdpa(*args)
 
     def _mha(self, *args):
         self._unsupported("multi-head attention (it is the attention kernel only)")
