@@ -1,0 +1,167 @@
+"""Base classes that turn a framework's attention function or module into a backend.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, g key/value heads, d_model query width,
+k_dim / v_dim key / value widths, d_k / d_v per-head widths, d_out output width.
+
+Subclass the base of the framework your op computes in and override what it has:
+
+* :meth:`NativeAdapter.attention` ``(q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v),
+  masks) -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k) or None)`` for a function
+  (FlashAttention style: torch SDPA, ``jax.nn.dot_product_attention``, ONNX ``Attention``);
+* :meth:`NativeAdapter.mha` ``(query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k,
+  v_dim), params, num_heads, masks) -> (output (B, L_q, d_out), weights or None)`` for a module
+  (``nn.MultiheadAttention``, Keras ``MultiHeadAttention``, a Hugging Face attention layer).
+
+=========================  ==============================================================
+base                       arrays (``asarray``, ``to_numpy``, ``device_of``, dtypes)
+=========================  ==============================================================
+:class:`NumpyAdapter`      NumPy on the CPU: float64, float32, float16
+:class:`TorchAdapter`      torch tensors on CPU and CUDA (TF32 off): all four floating dtypes
+:class:`JaxAdapter`        JAX arrays on CPU and GPU (x64 on): all four
+:class:`TensorFlowAdapter` TensorFlow tensors on CPU and GPU (TF32 off): all four
+=========================  ==============================================================
+
+The public entry points (``scaled_dot_product_attention``, ``multi_head_attention``, ``mha_vjp``)
+validate every argument first (chapter ERR, the same checks and messages as the in-repo backends),
+apply the default scale, and gather the masking arguments into one :class:`MaskArgs` (``mask``,
+``bias``, ``legacy_mask``, ``key_padding_mask``, ``causal``, ``scale``), so ``attention`` and
+``mha`` see valid input only; translate the masks with :mod:`.masks` and the parameters with
+:mod:`.layouts`. What the op cannot express: call :meth:`NativeAdapter.unsupported` (raises
+``NotImplementedError``, reported as such, never as a pass). Capabilities default to ``errors``
+only: claim what the op has; declare what it does differently in ``deviations``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ._base import MHAParams
+from ._generic import Algorithm, MaskArgs
+from .jax_backend import JaxBackend
+from .np_backend import NumpyBackend
+from .tf_backend import TensorFlowBackend
+from .torch_backend import TorchBackend
+
+__all__ = ["JaxAdapter", "MaskArgs", "NativeAdapter", "NumpyAdapter", "TensorFlowAdapter",
+           "TorchAdapter"]
+
+
+class NativeAdapter:
+    """Members common to every adapter; mixed in before a framework backend (the bases below).
+
+    Attributes:
+        native_op: the op the adapter calls, for messages and the certificate.
+        conventions: key -> (clause, one line): where the native op differs from the spec and the
+            adapter translates. :meth:`untranslated` gives the adapter without one translation, so
+            ``mhaspec conventions`` can confirm the difference is real; an adapter asks
+            :meth:`translates` before translating.
+    """
+
+    native_op: str = ""
+    conventions: dict[str, tuple[str, str]] = {}
+    capabilities = frozenset({"errors"})
+    deviations: dict[str, str] = {}
+
+    def __init__(self, name: str):
+        # the framework backend's batched algorithm serves only what the adapter does not hand to
+        # the op: the projections around attention (mha_over_attention, MHA-2)
+        super().__init__(Algorithm.BATCHED, name=name)
+        self.translated = frozenset(self.conventions)
+
+    # -- what a subclass overrides -------------------------------------------------------------
+    def attention(self, q, k, v, masks: MaskArgs):
+        """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> (output (B, h, L_q, d_v),
+        weights (B, h, L_q, L_k) or None), input validated (g = h unless "gqa" is claimed)."""
+        self.unsupported("scaled dot-product attention on its own")
+
+    def mha(self, query, key, value, params: MHAParams, num_heads: int, masks: MaskArgs,
+            **grouping):
+        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (output
+        (B, L_q, d_out), weights (B, h, L_q, L_k) or None), input validated; ``grouping`` is
+        ``{"num_kv_heads": g}`` with "gqa". Default: :meth:`mha_over_attention`."""
+        if "sdpa" not in self.capabilities:
+            self.unsupported("multi-head attention")
+        return self.mha_over_attention(query, key, value, params, num_heads, masks, **grouping)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def mha_over_attention(self, query, key, value, params: MHAParams, num_heads: int,
+                           masks: MaskArgs, num_kv_heads: int | None = None):
+        """Multi-head attention as the spec's projections (batched, MHA-2) around
+        :meth:`attention`, with ``num_kv_heads`` g key/value heads (MHA-6)."""
+        g = num_heads if num_kv_heads is None else num_kv_heads
+        q = self._split(self._linear(query, params.w_q, params.b_q), num_heads)
+        k = self._split(self._linear(key, params.w_k, params.b_k), g)
+        v = self._split(self._linear(value, params.w_v, params.b_v), g)
+        out, weights = self.attention(q, k, v, masks)
+        return self._linear(self._combine(out), params.w_o, params.b_o), weights
+
+    def unsupported(self, what: str):
+        """Raise ``NotImplementedError``: the op cannot express ``what``."""
+        raise NotImplementedError(f"{self.name}: {self.native_op} cannot express {what}")
+
+    def translates(self, key: str) -> bool:
+        """Whether convention ``key`` is translated (False only in :meth:`untranslated` copies)."""
+        return key in self.translated
+
+    def untranslated(self, key: str):
+        """A copy of this adapter that passes the spec's arguments to the native op as they are,
+        without translating convention ``key``."""
+        if key not in self.conventions:
+            raise ValueError(f"{self.name}: no convention {key!r}; known: {sorted(self.conventions)}")
+        other = copy.copy(self)
+        other.name = f"{self.name}[untranslated {key}]"
+        other.translated = self.translated - {key}
+        other.reset()
+        return other
+
+    def reset(self):
+        """Forget what depends on the translations (a compiled function); copies call it."""
+
+    def native_causal(self, causal, len_q: int, len_k: int) -> bool:
+        """Whether the op's own top-left causal flag serves ``causal`` (MASK-6; bottom-right too
+        when ``L_q == L_k``). Without the "causal-alignment" translation the flag is used for
+        bottom-right as well (what the untranslated op does)."""
+        if causal is not None and not self.translates("causal-alignment"):
+            return True
+        return causal is not None and (causal == "top_left" or len_q == len_k)
+
+    def split_heads(self, x, num_heads: int):
+        raise NotImplementedError(f"{self.name}: {self.native_op} has no split_heads")
+
+    def combine_heads(self, x):
+        raise NotImplementedError(f"{self.name}: {self.native_op} has no combine_heads")
+
+    # -- the framework backend's hooks, routed to the methods above ----------------------------
+    def _sdpa(self, q, k, v, masks: MaskArgs):
+        return self.attention(q, k, v, masks)
+
+    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
+             num_kv_heads: int | None = None):
+        grouping = {} if num_kv_heads is None else {"num_kv_heads": num_kv_heads}
+        return self.mha(query, key, value, p, num_heads, masks, **grouping)
+
+    def _vjp_forward(self, query, key, value, p, num_heads, masks, **grouping):
+        """GRAD: the framework's autodiff through :meth:`mha` (a module), or through the spec's
+        projections around :meth:`attention` (a function)."""
+        if "mha" in self.capabilities:
+            return self._mha(query, key, value, p, num_heads, masks, **grouping)
+        return self.mha_over_attention(query, key, value, p, num_heads, masks, **grouping)
+
+
+class NumpyAdapter(NativeAdapter, NumpyBackend):
+    """An op computing on NumPy arrays (CPU; float64, float32, float16). ``framework`` names the
+    library that computes (``"numpy"`` by default): set it with ``framework_version``."""
+
+
+class TorchAdapter(NativeAdapter, TorchBackend):
+    """An op on torch tensors (CPU, CUDA when visible; all four dtypes; TF32 off). Claims no
+    "grad" by default: autograd flows through ``attention`` / ``mha`` once it is claimed."""
+
+
+class JaxAdapter(NativeAdapter, JaxBackend):
+    """An op on JAX arrays (CPU, GPU when visible; all four dtypes; x64 enabled). With "grad",
+    ``jax.vjp`` differentiates through ``attention`` / ``mha``."""
+
+
+class TensorFlowAdapter(NativeAdapter, TensorFlowBackend):
+    """An op on TensorFlow tensors (CPU, GPU when visible; all four dtypes; TF32 off)."""
