@@ -39,10 +39,11 @@ from .optional import require
 
 require("flax", extra="flax")
 
+from . import layouts  # noqa: E402
+from . import masks as mask_forms  # noqa: E402
 from ._base import MHAParams  # noqa: E402
-from ._generic import MaskArgs  # noqa: E402
-from ._native_common import NativeMixin, is_default_scale  # noqa: E402
-from .jax_backend import JaxBackend, _jax, _jnp  # noqa: E402
+from .adapters import JaxAdapter, MaskArgs  # noqa: E402
+from .jax_backend import _jax, _jnp  # noqa: E402
 
 
 @functools.cache
@@ -53,7 +54,7 @@ def _nnx():
     return nnx
 
 
-class FlaxMHA(NativeMixin, JaxBackend):
+class FlaxMHA(JaxAdapter):
     """``flax.nnx.MultiHeadAttention`` behind the spec's multi-head attention."""
 
     framework = "flax"
@@ -68,68 +69,55 @@ class FlaxMHA(NativeMixin, JaxBackend):
                   "through an explicit mask")}
 
     def __init__(self, name: str = "flax-mha"):
-        NativeMixin.__init__(self, name)
+        super().__init__(name)
 
     def framework_version(self) -> str:
         import flax
 
         return flax.__version__
 
-    def _cast_like(self, x, like):
-        return x.astype(like.dtype)
-
-    def _sdpa(self, *args):
-        self._unsupported("scaled dot-product attention on its own (the module always projects)")
-
-    def _module(self, p: MHAParams, num_heads: int, num_kv_heads: int, like):
+    def module(self, p: MHAParams, num_heads: int, num_kv_heads: int, like):
         """An ``nnx.MultiHeadAttention`` holding the spec's parameters (PARAM-1, PARAM-2)."""
         nnx, jnp = _nnx(), _jnp()
-        d_model, hd_k = self._shape(p.w_q)
-        k_dim, v_dim = self._shape(p.w_k)[0], self._shape(p.w_v)[0]
-        hd_v, d_out = self._shape(p.w_o)
+        d_model, hd_k = p.w_q.shape
+        k_dim, v_dim = p.w_k.shape[0], p.w_v.shape[0]
+        hd_v, d_out = p.w_o.shape
         g, d_k = num_kv_heads, hd_k // num_heads
         if hd_v // g != d_k or v_dim != k_dim:
-            self._unsupported(f"d_v = {hd_v // g} with d_k = {d_k}, or v_dim = {v_dim} with "
-                              f"k_dim = {k_dim} (one qkv_features and one in_kv_features)")
-        has_bias = any(b is not None for b in (p.b_q, p.b_k, p.b_v, p.b_o))
+            self.unsupported(f"d_v = {hd_v // g} with d_k = {d_k}, or v_dim = {v_dim} with "
+                             f"k_dim = {k_dim} (one qkv_features and one in_kv_features)")
+        use_bias = layouts.has_bias(p)
         dt = like.dtype
         mod = nnx.MultiHeadAttention(
             num_heads=num_heads, in_features=d_model, qkv_features=hd_k, out_features=d_out,
             num_kv_heads=g, in_kv_features=k_dim, dtype=dt, param_dtype=dt,
             precision="highest" if dt == jnp.float32 else None, dropout_rate=0.0,
-            use_bias=has_bias, decode=False, rngs=nnx.Rngs(0))
-
-        def put(var, x, shape):
-            var.value = jnp.reshape(jnp.zeros(shape, dt) if x is None else x.astype(dt), shape)
-
-        put(mod.query.kernel, p.w_q, (d_model, num_heads, d_k))
-        put(mod.key.kernel, p.w_k, (k_dim, g, d_k))
-        put(mod.value.kernel, p.w_v, (k_dim, g, d_k))
-        put(mod.out.kernel, p.w_o, (num_heads, d_k, d_out))
-        if has_bias:
-            put(mod.query.bias, p.b_q, (num_heads, d_k))
-            put(mod.key.bias, p.b_k, (g, d_k))
-            put(mod.value.bias, p.b_v, (g, d_k))
-            put(mod.out.bias, p.b_o, (d_out,))
+            use_bias=use_bias, decode=False, rngs=nnx.Rngs(0))
+        dense = layouts.to_einsum(layouts.with_zero_biases(p) if use_bias else p, num_heads, g)
+        for layer, (kernel, bias) in zip((mod.query, mod.key, mod.value, mod.out), dense):
+            layer.kernel.value = kernel.astype(dt)
+            if use_bias:
+                layer.bias.value = bias.astype(dt)
         return mod
 
-    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
-             num_kv_heads: int | None = None):
+    def mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
+            num_kv_heads: int | None = None):
         jnp = _jnp()
         if masks.bias is not None or masks.legacy_mask is not None:
-            self._unsupported("an additive 'bias' or 'legacy_mask' (the module passes none to its "
+            self.unsupported("an additive 'bias' or 'legacy_mask' (the module passes none to its "
                               "attention function)")
-        d_k = self._shape(p.w_q)[1] // num_heads
-        if not is_default_scale(masks.scale, d_k):
-            self._unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
+        d_k = p.w_q.shape[1] // num_heads
+        if not mask_forms.is_default_scale(masks.scale, d_k):
+            self.unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
                               f"{1 / d_k ** 0.5!r})")
-        b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
+        (b, len_q, _), len_k = query.shape, key.shape[1]
         only_causal = masks.mask is None and masks.key_padding_mask is None
-        is_causal = only_causal and self._native_causal(masks.causal, len_q, len_k)
-        allowed = self._allowed_rank4(len_q, len_k, query, masks.mask, masks.key_padding_mask,
-                                      None if is_causal else masks.causal)
+        is_causal = only_causal and self.native_causal(masks.causal, len_q, len_k)
+        allowed = mask_forms.allowed_mask(len_q, len_k, like=query, mask=masks.mask,
+                                          key_padding_mask=masks.key_padding_mask,
+                                          causal=None if is_causal else masks.causal)
         mask = None if allowed is None else jnp.broadcast_to(allowed, (b, num_heads, len_q, len_k))
-        mod = self._module(p, num_heads, num_heads if num_kv_heads is None else num_kv_heads,
+        mod = self.module(p, num_heads, num_heads if num_kv_heads is None else num_kv_heads,
                            query)
         out = mod(query, key, value, mask=mask, is_causal=is_causal, deterministic=True,
                   sow_weights=True)

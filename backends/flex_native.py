@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import warnings
 
-from ._generic import MaskArgs
-from ._native_common import NativeMixin
-from .torch_backend import TorchBackend
+from . import masks as mask_forms
+from .adapters import MaskArgs, TorchAdapter
 
 _EAGER_WARNING = "flex_attention called without torch.compile"
 
 
-class FlexAttention(NativeMixin, TorchBackend):
+class FlexAttention(TorchAdapter):
     """``flex_attention`` (eager) behind the spec's SDPA."""
 
     framework = "torch"
@@ -53,21 +52,16 @@ class FlexAttention(NativeMixin, TorchBackend):
     conventions: dict = {}
 
     def __init__(self, name: str = "torch-flex"):
-        NativeMixin.__init__(self, name)
+        super().__init__(name)
 
-    def _cast_like(self, x, like):
-        return x.to(dtype=like.dtype, device=like.device)
-
-    def _mha(self, *args):
-        self._unsupported("multi-head attention (it is the attention kernel only)")
-
-    def _sdpa(self, q, k, v, masks: MaskArgs):
+    def attention(self, q, k, v, masks: MaskArgs):
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-        b, h, len_q, _ = self._shape(q)
-        len_k = self._shape(k)[2]
-        allowed = self._allowed_rank4(len_q, len_k, q, masks.mask, masks.key_padding_mask, None)
-        additive = self._additive_sum(masks, q)
+        b, h, len_q, _ = q.shape
+        len_k = k.shape[2]
+        allowed = mask_forms.allowed_mask(len_q, len_k, like=q, mask=masks.mask,
+                                          key_padding_mask=masks.key_padding_mask)
+        additive = mask_forms.additive_mask(like=q, bias=masks.bias, legacy_mask=masks.legacy_mask)
         kwargs = {}
         if allowed is not None or masks.causal is not None:
             kwargs["block_mask"] = create_block_mask(

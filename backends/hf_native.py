@@ -49,10 +49,11 @@ from .optional import require
 
 require("transformers", extra="hf")
 
+from . import layouts  # noqa: E402
+from . import masks as mask_forms  # noqa: E402
 from ._base import MHAParams  # noqa: E402
-from ._generic import MaskArgs  # noqa: E402
-from ._native_common import NativeMixin, is_default_scale  # noqa: E402
-from .torch_backend import TorchBackend, _torch  # noqa: E402
+from .adapters import MaskArgs, TorchAdapter  # noqa: E402
+from .torch_backend import _torch  # noqa: E402
 
 _MASK_13 = ("a NaN or inf key behind the attention mask leaks into the rows that exclude it (the "
             "mask is added to the logits, and NaN + {fill} is NaN)")
@@ -69,7 +70,7 @@ def _bert():
             modeling_bert.eager_attention_forward)
 
 
-class HFBertSelfAttention(NativeMixin, TorchBackend):
+class HFBertSelfAttention(TorchAdapter):
     """``BertSelfAttention`` with one attention implementation behind the spec's multi-head
     attention; ``implementation``: "eager" or "sdpa"."""
 
@@ -83,68 +84,60 @@ class HFBertSelfAttention(NativeMixin, TorchBackend):
         self.capabilities = capabilities
         self.deviations = deviations
         self.conventions = conventions
-        NativeMixin.__init__(self, name)
+        super().__init__(name)
 
     def framework_version(self) -> str:
         import transformers
 
         return transformers.__version__
 
-    def _cast_like(self, x, like):
-        return x.to(dtype=like.dtype, device=like.device)
-
-    def _sdpa(self, *args):
-        self._unsupported("scaled dot-product attention on its own (the module always projects)")
-
     def module(self, p: MHAParams, num_heads: int, like):
         """A ``BertSelfAttention`` in eval mode holding ``W_q``, ``W_k``, ``W_v`` and their biases
         (PARAM-1; ``W_o``, ``b_o`` are not part of it)."""
         torch = _torch()
         config_cls, attention_cls, _, _ = _bert()
-        d_model, hd_k = self._shape(p.w_q)
-        k_dim, v_dim = self._shape(p.w_k)[0], self._shape(p.w_v)[0]
-        hd_v = self._shape(p.w_v)[1]
+        d_model, hd_k = p.w_q.shape
+        k_dim, v_dim = p.w_k.shape[0], p.w_v.shape[0]
+        hd_v = p.w_v.shape[1]
         if not hd_k == hd_v == k_dim == v_dim == d_model:
-            self._unsupported(f"h*d_k = {hd_k}, h*d_v = {hd_v}, k_dim = {k_dim}, v_dim = {v_dim} "
-                              f"with d_model = {d_model}: every projection is hidden_size -> "
-                              f"hidden_size")
+            self.unsupported(f"h*d_k = {hd_k}, h*d_v = {hd_v}, k_dim = {k_dim}, v_dim = {v_dim} "
+                             f"with d_model = {d_model}: every projection is hidden_size -> "
+                             f"hidden_size")
         config = config_cls(hidden_size=d_model, num_attention_heads=num_heads,
                             attention_probs_dropout_prob=0.0)
         config._attn_implementation = self.implementation
         mod = attention_cls(config).to(dtype=like.dtype, device=like.device).eval()
+        linear = layouts.to_linear(layouts.with_zero_biases(p))
         with torch.no_grad():
-            for linear, w, b in ((mod.query, p.w_q, p.b_q), (mod.key, p.w_k, p.b_k),
-                                 (mod.value, p.w_v, p.b_v)):
-                linear.weight.copy_(self._cast_like(w, like).T)
-                linear.bias.copy_(torch.zeros(d_model) if b is None else b)
+            for module, (weight, bias) in zip((mod.query, mod.key, mod.value), linear):
+                module.weight.copy_(weight)
+                module.bias.copy_(bias)
         return mod
 
     def _attention_mask(self, len_q: int, len_k: int, like, masks: MaskArgs):
         """The ``attention_mask`` the implementation's attention function receives, or None."""
-        torch = _torch()
-        allowed = self._allowed_rank4(len_q, len_k, like, masks.mask, masks.key_padding_mask,
-                                      masks.causal)
-        additive = self._additive_sum(masks, like)
-        if "mask-form" not in self.translated:
+        allowed = mask_forms.allowed_mask(len_q, len_k, like=like, mask=masks.mask,
+                                          key_padding_mask=masks.key_padding_mask,
+                                          causal=masks.causal)
+        additive = mask_forms.additive_mask(like=like, bias=masks.bias,
+                                            legacy_mask=masks.legacy_mask)
+        if allowed is None or not self.translates("mask-form"):
             return allowed if additive is None else additive
-        if self.implementation == "eager":
-            if allowed is None:
-                return additive
-            fill = torch.finfo(like.dtype).min
-            blocked = torch.where(allowed, torch.zeros((), dtype=like.dtype),
-                                  torch.tensor(fill, dtype=like.dtype))
+        if self.implementation == "eager":  # 0 / finfo.min, as Transformers builds it
+            blocked = mask_forms.fill_blocked(allowed, like=like,
+                                              fill=_torch().finfo(like.dtype).min)
             return blocked if additive is None else additive + blocked
-        if additive is None or allowed is None:
-            return allowed if additive is None else additive
-        return torch.where(allowed, additive, torch.tensor(float("-inf"), dtype=like.dtype))
+        if additive is None:
+            return allowed
+        return mask_forms.fill_blocked(allowed, like=like, additive=additive)
 
-    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
+    def mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
         torch = _torch()
-        d_k = self._shape(p.w_q)[1] // num_heads
-        if not is_default_scale(masks.scale, d_k):
-            self._unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
+        d_k = p.w_q.shape[1] // num_heads
+        if not mask_forms.is_default_scale(masks.scale, d_k):
+            self.unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
                               f"{1 / d_k ** 0.5!r})")
-        b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
+        len_q, len_k = query.shape[1], key.shape[1]
         with torch.no_grad():
             mod = self.module(p, num_heads, query)
             attention_mask = self._attention_mask(len_q, len_k, query, masks)
