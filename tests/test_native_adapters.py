@@ -13,23 +13,13 @@ import math
 import numpy as np
 import pytest
 
-from mhaspec.backends import BackendLoadError, MHAParams, load_backend, registered_backends
+from mhaspec.backends import MHAParams
+from registered import registered
 from mhaspec.spec import oracle
 
 
 
-def _registered() -> dict[str, object]:
-    """name -> loaded backend, or the reason it cannot load, for every registered backend."""
-    out: dict[str, object] = {}
-    for name in sorted(registered_backends()):
-        try:
-            out[name] = load_backend(name)
-        except BackendLoadError as exc:
-            out[name] = str(exc)
-    return out
-
-
-REGISTERED = _registered()
+REGISTERED = registered()
 
 
 def adapters(capability: str | None = None) -> list:
