@@ -35,10 +35,13 @@ in eval mode and in the inputs' dtype. The mapping:
 
 Observed with transformers 5.24.0 on torch 2.13 (CPU), reproduced in docs/ecosystem.md:
 
+* both: ``B = 0``, ``L_q = 0`` or ``L_k = 0`` fails: ``BertSelfAttention.forward`` views each
+  projection as ``(B, L, -1, d_k)``, and ``-1`` is ambiguous for a tensor of 0 elements
+  (``RuntimeError: cannot reshape tensor of 0 elements``; SHAPE-4);
 * eager: a fully masked row attends uniformly (``finfo.min`` logits): output the mean of V (MASK-9);
   a NaN key behind the mask leaks into every row (NaN + min is NaN; MASK-13);
-* sdpa: ``L_q = 0`` fails in the attention function's ``reshape(B, -1, 0, d)`` (SHAPE-4); a NaN key
-  behind the mask leaks (MASK-13); a NaN query row gives 0 through torch's fused CPU kernel (NUM-6).
+* sdpa: a NaN key behind the mask leaks (MASK-13); a NaN query row gives 0 through torch's fused
+  CPU kernel (NUM-6).
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ from ._base import MHAParams  # noqa: E402
 from .adapters import MaskArgs, TorchAdapter  # noqa: E402
 from .torch_backend import _torch  # noqa: E402
 
+_SHAPE_4 = ("B = 0, L_q = 0 or L_k = 0 fails: BertSelfAttention.forward views each projection as "
+            "(B, L, -1, d_k), and -1 is ambiguous for 0 elements (RuntimeError 'cannot reshape "
+            "tensor of 0 elements')")
 _MASK_13 = ("a NaN or inf key behind the attention mask leaks into the rows that exclude it (the "
             "mask is added to the logits, and NaN + {fill} is NaN)")
 
@@ -165,6 +171,7 @@ EAGER = HFBertSelfAttention(
         "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
                   "finfo(dtype).min, so the row's softmax is uniform)",
         "MASK-13": _MASK_13.format(fill="finfo(dtype).min"),
+        "SHAPE-4": _SHAPE_4,
     },
     conventions={"mask-form": (
         "MASK-1", "attention_mask is added to the logits: 0 where a key may be attended, "
@@ -172,8 +179,7 @@ EAGER = HFBertSelfAttention(
 SDPA = HFBertSelfAttention(
     "hf-bert-sdpa", "sdpa", capabilities=_CAPABILITIES,
     deviations={
-        "SHAPE-4": "L_q = 0 fails: sdpa_attention_forward reshapes its output to (B, -1, L_q, d), "
-                   "and -1 is ambiguous for 0 elements (RuntimeError)",
+        "SHAPE-4": _SHAPE_4,
         "MASK-13": _MASK_13.format(fill="-inf"),
         "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN (torch's "
                  "fused CPU kernel treats it like a fully masked row)",

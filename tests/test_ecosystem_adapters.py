@@ -132,16 +132,20 @@ def test_hf_eager_fully_masked_row_is_the_mean_of_v():
     np.testing.assert_allclose(rows["hf-bert-sdpa"], arrays[7], rtol=0, atol=1e-12)  # b_o: 0 row
 
 
-def test_hf_sdpa_rejects_an_empty_query_axis_as_declared():
-    """SHAPE-4 (sdpa): the attention function's reshape(B, -1, 0, d) fails."""
-    _, sdpa = _hf()
-    assert "SHAPE-4" in sdpa.deviations
+@pytest.mark.parametrize("empty", ["batch", "len_q", "len_k"])
+@pytest.mark.parametrize("which", [0, 1], ids=["eager", "sdpa"])
+def test_hf_rejects_empty_sizes_as_declared(which, empty):
+    """SHAPE-4: the module's view(B, L, -1, d_k) of 0 elements fails, in both implementations."""
+    be = _hf()[which]
+    assert "SHAPE-4" in be.deviations
     rng = np.random.default_rng(3)
-    _, p = _self_attention_params(sdpa, rng)
-    query = sdpa.asarray(np.zeros((1, 0, 6)), dtype="float64")
-    kv = sdpa.asarray(rng.standard_normal((1, 3, 6)), dtype="float64")
-    with pytest.raises(RuntimeError, match="reshape"):
-        sdpa.multi_head_attention(query, kv, kv, p, num_heads=2)
+    _, p = _self_attention_params(be, rng)
+    b, len_q, len_k = (0 if empty == "batch" else 1, 0 if empty == "len_q" else 2,
+                       0 if empty == "len_k" else 3)
+    query = be.asarray(rng.standard_normal((b, len_q, 6)), dtype="float64")
+    kv = be.asarray(rng.standard_normal((b, len_k, 6)), dtype="float64")
+    with pytest.raises(RuntimeError, match="cannot reshape tensor of 0 elements"):
+        be.multi_head_attention(query, kv, kv, p, num_heads=2)
 
 
 def test_flax_fully_masked_row_is_the_mean_of_v():
