@@ -127,13 +127,14 @@ class HFBertSelfAttention(TorchAdapter):
                                           causal=masks.causal)
         additive = mask_forms.additive_mask(like=like, bias=masks.bias,
                                             legacy_mask=masks.legacy_mask)
-        if allowed is None or not self.translates("mask-form"):
-            return allowed if additive is None else additive
-        if self.implementation == "eager":  # 0 / finfo.min, as Transformers builds it
+        if allowed is None:
+            return additive
+        if self.implementation == "eager" and self.translates("mask-form"):
+            # 0 / finfo.min, as Transformers builds it
             blocked = mask_forms.fill_blocked(allowed, like=like,
                                               fill=_torch().finfo(like.dtype).min)
             return blocked if additive is None else additive + blocked
-        if additive is None:
+        if additive is None:  # sdpa: the boolean, as Transformers passes it
             return allowed
         return mask_forms.fill_blocked(allowed, like=like, additive=additive)
 

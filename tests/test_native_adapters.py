@@ -122,6 +122,7 @@ MHA_CASES = {
     "key-padding+causal-top-left": {"key_padding_mask": "kpm", "causal": "top_left"},
     "causal-bottom-right": {"causal": "bottom_right"},
     "bias": {"bias": "b2"},
+    "bias+key-padding": {"bias": "b2", "key_padding_mask": "kpm"},
     "legacy": {"legacy_mask": "legacy"},
 }
 
