@@ -21,8 +21,8 @@ runs on a CPU without a compiler toolchain); the warning it prints about that is
 Observed with torch 2.13 on CPU: a fully masked row gives 0 (MASK-9 holds, with the block mask and
 with ``-inf`` from ``score_mod``); a NaN key behind the block mask does not leak (MASK-13 holds); a
 NaN query row gives NaN (NUM-6 holds); ``L_k = 0`` raises ``IndexError`` ("max(): Expected
-reduction dim 3 to have non-zero size") and ``create_block_mask`` with ``L_q = 0`` or ``L_k = 0``
-raises ``ZeroDivisionError`` (declared against SHAPE-4). Its backward raises
+reduction dim 3 to have non-zero size"), with or without a block mask (declared against SHAPE-4;
+``B = 0`` and ``L_q = 0`` give empty results). Its backward raises
 ``NotImplementedError("FlexAttention does not support backward on CPU. ...")``, so "grad" is not
 claimed.
 """
@@ -46,7 +46,7 @@ class FlexAttention(TorchAdapter):
     capabilities = frozenset({"sdpa", "masks", "bias", "scale", "causal", "legacy_mask", "errors"})
     deviations = {
         "SHAPE-4": "L_k = 0 raises IndexError ('max(): Expected reduction dim 3 to have non-zero "
-                   "size'); create_block_mask with L_q = 0 or L_k = 0 raises ZeroDivisionError",
+                   "size'), with or without a block mask (B = 0 and L_q = 0 give empty results)",
     }
     #: it takes the spec's layout, polarity and alignment as they are: nothing to translate
     conventions: dict = {}
