@@ -136,6 +136,8 @@ def render_image(rows: list[Row], chapters: list[str], path: pathlib.Path) -> No
         for j, ch in enumerate(chapters):
             verdict = row.cells[ch][0]
             ax.add_patch(Rectangle((j, i), 1, 1, facecolor=STYLE[verdict][2], edgecolor="#9e9e9e"))
+            ax.text(j + 0.5, i + 0.5, verdicts.SYMBOL.get(verdict, ""), ha="center", va="center",
+                    fontsize=6)
     ax.set_xlim(0, len(chapters))
     ax.set_ylim(len(rows), 0)
     ax.set_xticks([j + 0.5 for j in range(len(chapters))], chapters, rotation=45, ha="left",
