@@ -102,6 +102,19 @@ class JaxBackend(ArrayBackend):
     def _full(self, shape, value: float, like):
         return _jnp().full(shape, value, dtype=like.dtype)
 
+    def _constant_as(self, array: np.ndarray, like):
+        return _jnp().asarray(array, dtype=like.dtype)
+
+    def _tanh(self, x):
+        return _jnp().tanh(x)
+
+    def _log(self, x):
+        return _jnp().log(x)
+
+    def _take_keys(self, x, index):
+        index = _jnp().reshape(index, (index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1))
+        return _jnp().take_along_axis(x, index, axis=-2)
+
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """GRAD by ``jax.vjp`` over the dict of primals."""
         _, pullback = _jax().vjp(fn, primals)
@@ -112,12 +125,16 @@ class JitJaxBackend(JaxBackend):
     """An algorithm (by default the batched one, MHA-2) compiled with ``jax.jit``. Masks are
     passed in canonical full form (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype
     compiles once; the :class:`MaskArgs` travel as one pytree, ``num_heads`` and
-    ``num_kv_heads`` are static."""
+    ``num_kv_heads`` are static. Spec 1.2 calls compile once per shape and feature set: the
+    structural mask and ALiBi are in the canonical mask and bias, the soft-cap is traced, ``lse``
+    is static and a KV cache travels as a pytree."""
 
     def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "jax-jit"):
         super().__init__(algorithm, name=name)
         self._sdpa_jit = None
         self._mha_jit = None
+        self._sdpa_ext_jit = None
+        self._mha_ext_jit = None
 
     def _sdpa(self, q, k, v, masks: MaskArgs):
         if self._sdpa_jit is None:
@@ -134,6 +151,26 @@ class JitJaxBackend(JaxBackend):
         return self._mha_jit(query, key, value, p, num_heads=num_heads,
                              masks=self._canonical_masks(query, full, masks),
                              num_kv_heads=num_kv_heads)
+
+
+    def _sdpa_ext(self, q, k, v, masks: MaskArgs, lse: bool):
+        if self._sdpa_ext_jit is None:
+            self._sdpa_ext_jit = _jax().jit(super()._sdpa_ext, static_argnames=("lse",))
+        _jax_compile_budget.tick(_jax())
+        full = (*self._shape(q)[:3], self._shape(k)[2])
+        return self._sdpa_ext_jit(q, k, v, self._canonical_masks(q, full, masks), lse=lse)
+
+    def _mha_ext(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
+                 lse=False, cache=None):
+        if self._mha_ext_jit is None:
+            self._mha_ext_jit = _jax().jit(
+                super()._mha_ext, static_argnames=("num_heads", "num_kv_heads", "lse"))
+        _jax_compile_budget.tick(_jax())
+        len_all = self._shape(key)[1] + (0 if cache is None else self._shape(cache.past_key)[2])
+        full = (self._shape(query)[0], num_heads, self._shape(query)[1], len_all)
+        return self._mha_ext_jit(query, key, value, p, num_heads=num_heads,
+                                 masks=self._canonical_masks(query, full, masks),
+                                 num_kv_heads=num_kv_heads, lse=lse, cache=cache)
 
 
 PER_HEAD = JaxBackend(Algorithm.PER_HEAD)

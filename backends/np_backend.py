@@ -67,6 +67,21 @@ class NumpyBackend(ArrayBackend):
     def _constant(self, array: np.ndarray, like):
         return array
 
+    def _constant_as(self, array: np.ndarray, like):
+        return array.astype(like.dtype)
+
+    def _full(self, shape, value: float, like):
+        return np.full(shape, value, dtype=like.dtype)
+
+    def _tanh(self, x):
+        return np.tanh(x)
+
+    def _log(self, x):
+        return np.log(x)
+
+    def _take_keys(self, x, index):
+        return np.take_along_axis(x, _key_index(index, x.ndim), axis=-2)
+
     # in place: the algorithm hands these a temporary it owns (see ArrayBackend)
     def _iadd(self, x, y):
         return np.add(x, y, out=x)
@@ -86,6 +101,11 @@ class NumpyBackend(ArrayBackend):
     def _ifill_masked(self, x, allowed):
         np.copyto(x, -np.inf, where=np.logical_not(allowed))
         return x
+
+
+def _key_index(index, ndim: int):
+    """(B, L') key indices shaped to index the key axis of a rank-``ndim`` (B, ..., L, d) array."""
+    return index.reshape(index.shape[0], *(1,) * (ndim - 3), index.shape[1], 1)
 
 
 PER_HEAD = NumpyBackend(Algorithm.PER_HEAD)

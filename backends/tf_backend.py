@@ -100,6 +100,19 @@ class TensorFlowBackend(ArrayBackend):
         tf = _tf()
         return tf.fill(shape, tf.constant(value, dtype=like.dtype))
 
+    def _constant_as(self, array: np.ndarray, like):
+        tf = _tf()
+        return tf.cast(tf.constant(array), like.dtype)
+
+    def _tanh(self, x):
+        return _tf().math.tanh(x)
+
+    def _log(self, x):
+        return _tf().math.log(x)
+
+    def _take_keys(self, x, index):
+        return _tf().gather(x, index, axis=len(x.shape) - 2, batch_dims=1)
+
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """GRAD by ``tf.GradientTape`` watching every primal (unconnected ones get zeros); each
         primal is a fresh tensor, so one array passed as query, key and value gets three partials."""
@@ -115,7 +128,9 @@ class TensorFlowBackend(ArrayBackend):
 class FunctionTensorFlowBackend(TensorFlowBackend):
     """An algorithm (by default the batched one, MHA-2) compiled with ``tf.function``. Masks are
     passed in canonical full form (:meth:`ArrayBackend._canonical_masks`) and the scale as a
-    tensor, so each shape and dtype is traced once."""
+    tensor, so each shape and dtype is traced once; spec 1.2 calls once per shape and feature set
+    (structural mask and ALiBi in the canonical mask and bias, the soft-cap a tensor, ``lse`` a
+    Python bool, a KV cache a tuple of tensors)."""
 
     def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "tf-function"):
         super().__init__(algorithm, name=name)
@@ -133,9 +148,13 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         return self._compiled[key]
 
     def _canonical(self, like, full, masks: MaskArgs) -> MaskArgs:
-        """Canonical masks, and the scale as a tensor (no retrace per scale value)."""
+        """Canonical masks, and the scale and soft-cap as tensors (no retrace per value)."""
+        tf = _tf()
         masks = self._canonical_masks(like, full, masks)
-        return masks._replace(scale=_tf().convert_to_tensor(masks.scale, dtype=like.dtype))
+        softcap = None if masks.softcap is None else tf.convert_to_tensor(masks.softcap,
+                                                                          dtype=like.dtype)
+        return masks._replace(scale=tf.convert_to_tensor(masks.scale, dtype=like.dtype),
+                              softcap=softcap)
 
     def _sdpa(self, q, k, v, masks: MaskArgs):
         full = (*self._shape(q)[:3], self._shape(k)[2])
@@ -146,6 +165,20 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         return self._compile("mha", super()._mha)(query, key, value, p, num_heads,
                                                   self._canonical(query, full, masks),
                                                   num_kv_heads)
+
+
+    def _sdpa_ext(self, q, k, v, masks: MaskArgs, lse: bool):
+        full = (*self._shape(q)[:3], self._shape(k)[2])
+        return self._compile("sdpa_ext", super()._sdpa_ext)(q, k, v,
+                                                            self._canonical(q, full, masks), lse)
+
+    def _mha_ext(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
+                 lse=False, cache=None):
+        len_all = self._shape(key)[1] + (0 if cache is None else self._shape(cache.past_key)[2])
+        full = (self._shape(query)[0], num_heads, self._shape(query)[1], len_all)
+        return self._compile("mha_ext", super()._mha_ext)(
+            query, key, value, p, num_heads, self._canonical(query, full, masks), num_kv_heads,
+            lse, cache)
 
 
 PER_HEAD = TensorFlowBackend(Algorithm.PER_HEAD)

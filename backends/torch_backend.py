@@ -91,6 +91,22 @@ class TorchBackend(ArrayBackend):
     def _constant(self, array: np.ndarray, like):
         return _torch().as_tensor(array, device=like.device)
 
+    def _constant_as(self, array: np.ndarray, like):
+        return _torch().as_tensor(array, device=like.device).to(like.dtype)
+
+    def _full(self, shape, value: float, like):
+        return _torch().full(shape, value, dtype=like.dtype, device=like.device)
+
+    def _tanh(self, x):
+        return x.tanh()
+
+    def _log(self, x):
+        return x.log()
+
+    def _take_keys(self, x, index):
+        index = index.reshape(index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1)
+        return _torch().take_along_dim(x, index, dim=-2)
+
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """GRAD by autograd: fresh leaves (one per argument, even for self-attention)."""
         torch = _torch()
