@@ -24,25 +24,35 @@ base                       arrays (``asarray``, ``to_numpy``, ``device_of``, dty
 The public entry points (``scaled_dot_product_attention``, ``multi_head_attention``, ``mha_vjp``)
 validate every argument first (chapter ERR, the same checks and messages as the in-repo backends),
 apply the default scale, and gather the masking arguments into one :class:`MaskArgs` (``mask``,
-``bias``, ``legacy_mask``, ``key_padding_mask``, ``causal``, ``scale``), so ``attention`` and
-``mha`` see valid input only; translate the masks with :mod:`.masks` and the parameters with
+``bias``, ``legacy_mask``, ``key_padding_mask``, ``causal``, ``scale``, and spec 1.2's ``softcap``
+and ``alibi`` bias), so ``attention`` and ``mha`` see valid input only; translate the masks with :mod:`.masks` and the parameters with
 :mod:`.layouts`. What the op cannot express: call :meth:`NativeAdapter.unsupported` (raises
 ``NotImplementedError``, reported as such, never as a pass). Capabilities default to ``errors``
 only: claim what the op has; declare what it does differently in ``deviations``.
+
+Spec 1.2 features (capabilities "gqa", "softcap", "window", "alibi", "segments"): a call with one
+the adapter claims reaches ``attention`` / ``mha`` with the features folded into the masks (the
+structural mask of segments, lengths and windows ANDed into ``masks.mask``, ``causal`` and
+``key_padding_mask`` folded in too, ``masks.softcap`` and the ``masks.alibi`` bias set), so an op
+with a boolean mask serves them exactly. To use the op's own arguments where they are exact
+instead (a length or window argument), override :meth:`NativeAdapter.attention_features`. With
+"gqa", ``k`` and ``v`` of ``attention`` may have g heads. "lse" and "kv_cache" need their own
+mapping (override ``attention_features``).
 """
 
 from __future__ import annotations
 
 import copy
 
-from ._base import MHAParams
+from ._base import AttentionOutputs, MHAParams
 from ._generic import Algorithm, MaskArgs
+from ._validate import Features
 from .jax_backend import JaxBackend
 from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
 from .torch_backend import TorchBackend
 
-__all__ = ["JaxAdapter", "MaskArgs", "NativeAdapter", "NumpyAdapter", "TensorFlowAdapter",
+__all__ = ["Features", "JaxAdapter", "MaskArgs", "NativeAdapter", "NumpyAdapter", "TensorFlowAdapter",
            "TorchAdapter"]
 
 
@@ -78,8 +88,9 @@ class NativeAdapter:
             **grouping):
         """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (output
         (B, L_q, d_out), weights (B, h, L_q, L_k) or None), input validated; ``grouping`` is
-        ``{"num_kv_heads": g}`` with "gqa". Default: :meth:`mha_over_attention`."""
-        if "sdpa" not in self.capabilities:
+        ``{"num_kv_heads": g}`` with "gqa". Default, when "mha" is claimed:
+        :meth:`mha_over_attention`."""
+        if "mha" not in self.capabilities:
             self.unsupported("multi-head attention")
         return self.mha_over_attention(query, key, value, params, num_heads, masks, **grouping)
 
@@ -131,7 +142,33 @@ class NativeAdapter:
     def combine_heads(self, x):
         raise NotImplementedError(f"{self.name}: {self.native_op} has no combine_heads")
 
+    def attention_features(self, q, k, v, masks: MaskArgs, features: Features):
+        """A spec 1.2 attention call with ``features`` (validated :class:`Features`: ``window``,
+        ``diagonal``, ``positions`` of segments and lengths, ``softcap``, ``slopes``, ``lse``, the
+        cache) and ``masks`` as given (not folded) -> (output, weights), or ``NotImplemented`` to
+        take the generic path (features folded into ``masks``, then :meth:`attention`). Override
+        to pass the op's own arguments where they are exact."""
+        return NotImplemented
+
     # -- the framework backend's hooks, routed to the methods above ----------------------------
+    def _sdpa_features(self, q, k, v, masks: MaskArgs, feats: Features):
+        native = self.attention_features(q, k, v, masks, feats)
+        if native is NotImplemented:
+            return super()._sdpa_features(q, k, v, masks, feats)
+        return native
+
+    def _sdpa_ext(self, q, k, v, masks: MaskArgs, lse: bool):
+        if lse:
+            self.unsupported("the log-sum-exp (lse) without its own mapping")
+        return (*self.attention(q, k, v, masks), None)
+
+    def _mha_ext(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
+                 num_kv_heads: int | None = None, lse: bool = False, cache=None):
+        if lse or cache is not None:
+            self.unsupported("the log-sum-exp or a KV cache without their own mapping")
+        return AttentionOutputs(*self._mha(query, key, value, p, num_heads, masks, num_kv_heads))
+
+
     def _sdpa(self, q, k, v, masks: MaskArgs):
         return self.attention(q, k, v, masks)
 

@@ -4,13 +4,15 @@ Axis legend: B batch, L_q / L_k lengths, h heads, d_model query width, k_dim / v
 widths, d_k / d_v per-head widths, d_out output width.
 
 ``KERAS_BACKEND`` is set to ``tensorflow`` (unless already set) before Keras is imported; the adapter
-refuses to run on another Keras backend. Inputs are validated with :mod:`._validate` (through
-:class:`~.tf_backend.TensorFlowBackend`'s entry point) before anything reaches Keras, then converted:
+refuses to run on another Keras backend. The adapter is a :class:`~.adapters.TensorFlowAdapter`:
+inputs are validated before anything reaches Keras, then converted with the public helpers
+(:mod:`.layouts`, :mod:`.masks`):
 
 * the layer is ``MultiHeadAttention(num_heads=h, key_dim=d_k, value_dim=d_v, output_shape=d_out,
   use_bias=..., dtype=<inputs' dtype>)``, called as ``layer(query, value, key)`` (Keras puts value
   before key) with ``return_attention_scores=True`` (per-head weights ``(B, h, L_q, L_k)``);
-* parameters: the ``EinsumDense`` kernels are reshaped views of the spec's matrices (PARAM-2):
+* parameters: the ``EinsumDense`` kernels are reshaped views of the spec's matrices (PARAM-2,
+  :func:`.layouts.to_einsum`):
   query kernel ``W_q.reshape(d_model, h, d_k)``, key kernel ``W_k.reshape(k_dim, h, d_k)``, value
   kernel ``W_v.reshape(v_dim, h, d_v)``, output kernel ``W_o.reshape(h, d_v, d_out)``; biases
   ``b_q.reshape(h, d_k)``, ``b_k.reshape(h, d_k)``, ``b_v.reshape(h, d_v)``, ``b_o``. Keras has one
@@ -37,16 +39,16 @@ import functools
 import os
 import warnings
 
-import numpy as np
-
+from . import layouts, masks
 from ._base import MHAParams
-from ._generic import MaskArgs
-from ._native_common import NativeMixin, is_default_scale
-from .tf_backend import TensorFlowBackend, _tf
+from .adapters import MaskArgs, TensorFlowAdapter
+from .tf_backend import _tf
 
 
 @functools.cache
-def _keras():
+def keras_module():
+    """Keras 3 on its TensorFlow backend (``KERAS_BACKEND`` set to ``tensorflow`` unless set);
+    RuntimeError when Keras was already imported with another backend."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     _tf()
     import keras
@@ -57,7 +59,7 @@ def _keras():
     return keras
 
 
-class KerasMHA(NativeMixin, TensorFlowBackend):
+class KerasMHA(TensorFlowAdapter):
     """``keras.layers.MultiHeadAttention`` (TensorFlow backend) behind the spec's MHA."""
 
     framework = "keras"
@@ -82,61 +84,45 @@ class KerasMHA(NativeMixin, TensorFlowBackend):
         return ("float32", "float16", "bfloat16")
 
     def __init__(self, name: str = "keras-mha"):
-        NativeMixin.__init__(self, name)
+        super().__init__(name)
 
     def framework_version(self) -> str:
-        return _keras().__version__
-
-    def _cast_like(self, x, like):
-        return _tf().cast(x, like.dtype)
-
-    def _sdpa(self, *args):
-        self._unsupported("scaled dot-product attention on its own (the layer always projects)")
+        return keras_module().__version__
 
     def _layer(self, p: MHAParams, num_heads: int, query, key, value):
-        keras, tf = _keras(), _tf()
-        d_model, hd_k = self._shape(p.w_q)
-        k_dim, v_dim = self._shape(p.w_k)[0], self._shape(p.w_v)[0]
-        hd_v, d_out = self._shape(p.w_o)
-        d_k, d_v = hd_k // num_heads, hd_v // num_heads
-        has_bias = any(b is not None for b in (p.b_q, p.b_k, p.b_v, p.b_o))
-        layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=d_k, value_dim=d_v,
-                                                output_shape=d_out, use_bias=has_bias,
+        keras, tf = keras_module(), _tf()
+        hd_k, (hd_v, d_out) = self._shape(p.w_q)[1], self._shape(p.w_o)
+        layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=hd_k // num_heads,
+                                                value_dim=hd_v // num_heads, output_shape=d_out,
+                                                use_bias=layouts.has_bias(p),
                                                 dtype=query.dtype.name)
         layer.build(tuple(query.shape), tuple(value.shape), tuple(key.shape))
-        dt = query.dtype
-
-        def put(var, x, shape):
-            var.assign(tf.reshape(tf.cast(x, dt), shape))
-
-        put(layer.query_dense.kernel, p.w_q, (d_model, num_heads, d_k))
-        put(layer.key_dense.kernel, p.w_k, (k_dim, num_heads, d_k))
-        put(layer.value_dense.kernel, p.w_v, (v_dim, num_heads, d_v))
-        put(layer.output_dense.kernel, p.w_o, (num_heads, d_v, d_out))
-        if has_bias:
-            for dense, b, shape in ((layer.query_dense, p.b_q, (num_heads, d_k)),
-                                    (layer.key_dense, p.b_k, (num_heads, d_k)),
-                                    (layer.value_dense, p.b_v, (num_heads, d_v)),
-                                    (layer.output_dense, p.b_o, (d_out,))):
-                put(dense.bias, np.zeros(shape) if b is None else b, shape)
+        if layouts.has_bias(p):
+            p = layouts.with_zero_biases(p)
+        dense = (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)
+        for target, (kernel, bias) in zip(dense, layouts.to_einsum(p, num_heads)):
+            target.kernel.assign(tf.cast(kernel, query.dtype))
+            if bias is not None:
+                target.bias.assign(tf.cast(bias, query.dtype))
         return layer
 
-    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
+    def mha(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
         tf = _tf()
-        if masks.bias is not None:
-            self._unsupported("an additive 'bias' (the layer has no additive logit term)")
-        if masks.legacy_mask is not None:
-            self._unsupported("the additive 'legacy_mask' (the layer has no additive logit term)")
+        if m.bias is not None:
+            self.unsupported("an additive 'bias' (the layer has no additive logit term)")
+        if m.legacy_mask is not None:
+            self.unsupported("the additive 'legacy_mask' (the layer has no additive logit term)")
         d_k = self._shape(p.w_q)[1] // num_heads
-        if not is_default_scale(masks.scale, d_k):
-            self._unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
-                              f"{1 / d_k ** 0.5!r})")
+        if not masks.is_default_scale(m.scale, d_k):
+            self.unsupported(f"scale = {m.scale!r} (it always uses 1/sqrt(d_k) = "
+                             f"{1 / d_k ** 0.5!r})")
         b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
-        use_causal = self._native_causal(masks.causal, len_q, len_k)
-        allowed = self._allowed_rank4(len_q, len_k, query, masks.mask, masks.key_padding_mask,
-                                      None if use_causal else masks.causal)
+        use_causal = self.native_causal(m.causal, len_q, len_k)
+        allowed = masks.allowed_mask(len_q, len_k, like=query, mask=m.mask,
+                                     key_padding_mask=m.key_padding_mask,
+                                     causal=None if use_causal else m.causal)
         attention_mask = None
-        if allowed is not None:
+        if allowed is not None:  # (B, L_q, L_k) without a head axis, else (B, h, L_q, L_k)
             if self._shape(allowed)[1] == 1:
                 attention_mask = tf.broadcast_to(allowed, (b, 1, len_q, len_k))[:, 0]
             else:
@@ -144,7 +130,7 @@ class KerasMHA(NativeMixin, TensorFlowBackend):
         layer = self._layer(p, num_heads, query, key, value)
         with warnings.catch_warnings():  # Keras warns about a softmax over L_k = 1
             warnings.filterwarnings("ignore", message="You are using a softmax over axis")
-            second, third = (value, key) if "argument-order" in self.translated else (key, value)
+            second, third = (value, key) if self.translates("argument-order") else (key, value)
             out, weights = layer(query, second, third, attention_mask=attention_mask,
                                  use_causal_mask=use_causal, return_attention_scores=True,
                                  training=False)

@@ -4,8 +4,8 @@
 Axis legend: B batch, L_q / L_k lengths, h query heads, g key/value heads, d_model query width,
 k_dim / v_dim key / value widths, d_k / d_v per-head widths, d_out output width.
 
-Inputs are validated with :mod:`._validate` (through :class:`~.np_backend.NumpyBackend`'s entry
-points) before anything reaches ONNX Runtime; arrays are NumPy arrays throughout. Each call runs one
+The adapter is a :class:`~.adapters.NumpyAdapter`: inputs are validated before anything reaches
+ONNX Runtime; arrays are NumPy arrays throughout; masks are translated with :mod:`.masks`. Each call runs one
 ``Attention`` node, built once per (input shapes, dtype, flags) and kept in a bounded cache of
 ``InferenceSession`` objects (:class:`SessionCache`). The mapping:
 
@@ -21,7 +21,8 @@ points) before anything reaches ONNX Runtime; arrays are NumPy arrays throughout
   without a KV cache; bottom-right with ``L_q != L_k`` is an explicit boolean mask (MASK-7);
 * weights (SDPA-4): the optional fourth output ``qk_matmul_output`` with
   ``qk_matmul_output_mode=3`` (after the softmax), ``(B, h, L_q, L_k)``;
-* multi-head attention: the spec's projections in NumPy (batched, MHA-2) around the node; with
+* multi-head attention: the spec's projections in NumPy (batched, MHA-2) around the node
+  (:meth:`~.adapters.NativeAdapter.mha_over_attention`); with
   ``num_kv_heads`` g, ``K`` and ``V`` have g heads and the op maps query head i to key/value head
   ``i // (h / g)`` (MHA-6).
 
@@ -44,9 +45,8 @@ import importlib.util
 
 import numpy as np
 
-from ._generic import MaskArgs
-from ._native_common import NativeMixin, is_default_scale
-from .np_backend import NumpyBackend
+from . import masks
+from .adapters import MaskArgs, NumpyAdapter
 
 INSTALL_HINT = "pip install 'mhaspec[onnx]'"
 OPSET = 24
@@ -151,7 +151,7 @@ def cpu_session(model):
                                 providers=["CPUExecutionProvider"])
 
 
-class OrtAttention(NativeMixin, NumpyBackend):
+class OrtAttention(NumpyAdapter):
     """ONNX ``Attention`` on ONNX Runtime (CPU) behind the spec's SDPA and multi-head attention."""
 
     framework = "onnxruntime"
@@ -173,7 +173,7 @@ class OrtAttention(NativeMixin, NumpyBackend):
                   "through an explicit boolean attn_mask")}
 
     def __init__(self, name: str = "ort-attention", *, cache_size: int = 64):
-        NativeMixin.__init__(self, name)
+        super().__init__(name)
         self.sessions = SessionCache(cache_size)
 
     def framework_version(self) -> str:
@@ -182,17 +182,14 @@ class OrtAttention(NativeMixin, NumpyBackend):
     def dtypes(self, device: str) -> tuple[str, ...]:
         return ("float32", "float16")  # float64: scale taken in float32 (see deviations)
 
-    def _cast_like(self, x, like):
-        return np.asarray(x).astype(like.dtype, copy=False)
-
-    def _sdpa(self, q, k, v, masks: MaskArgs):
+    def attention(self, q, k, v, m: MaskArgs):
         """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), g dividing h
         -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k))."""
         b, h, len_q, d_k = self._shape(q)
         len_k = self._shape(k)[2]
-        is_causal = self._native_causal(masks.causal, len_q, len_k)
-        attn_mask = self._attn_mask(q, len_k, masks, None if is_causal else masks.causal)
-        scale = None if is_default_scale(masks.scale, d_k) else masks.scale
+        is_causal = self.native_causal(m.causal, len_q, len_k)
+        attn_mask = self._attn_mask(q, len_k, m, None if is_causal else m.causal)
+        scale = None if masks.is_default_scale(m.scale, d_k) else m.scale
         feeds = {"Q": q, "K": k, "V": v}
         mask_sig = None
         if attn_mask is not None:
@@ -205,29 +202,15 @@ class OrtAttention(NativeMixin, NumpyBackend):
         out, weights = session.run(["Y", "W"], feeds)
         return out, weights
 
-    def _attn_mask(self, q, len_k: int, masks: MaskArgs, causal):
-        """The one ``attn_mask`` of the node: boolean (True = may attend) or float in q's dtype,
-        rank 4, or None."""
-        len_q = self._shape(q)[2]
-        allowed = self._allowed_rank4(len_q, len_k, q, masks.mask, masks.key_padding_mask, causal)
-        additive = self._additive_sum(masks, q)
+    def _attn_mask(self, q, len_k: int, m: MaskArgs, causal):
+        """The one ``attn_mask`` of the node: boolean (True = may attend) or float in q's dtype
+        (-inf where blocked), rank 4, or None."""
+        allowed = masks.allowed_mask(self._shape(q)[2], len_k, like=q, mask=m.mask,
+                                     key_padding_mask=m.key_padding_mask, causal=causal)
+        additive = masks.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
         if additive is None:
             return allowed
-        if allowed is None:
-            return additive
-        return np.where(allowed, additive, np.asarray(-np.inf, dtype=q.dtype))
-
-    def _mha(self, query, key, value, p, num_heads: int, masks: MaskArgs,
-             num_kv_heads: int | None = None):
-        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (output
-        (B, L_q, d_out), weights (B, h, L_q, L_k)): NumPy projections (MHA-2) around the node,
-        K and V with ``num_kv_heads`` g heads (MHA-6; None: g = h)."""
-        g = num_heads if num_kv_heads is None else num_kv_heads
-        q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
-        k = self._split(self._linear(key, p.w_k, p.b_k), g)
-        v = self._split(self._linear(value, p.w_v, p.b_v), g)
-        out, weights = self._sdpa(q, k, v, masks)
-        return self._linear(self._combine(out), p.w_o, p.b_o), weights
+        return masks.fill_blocked(allowed, like=q, additive=additive)
 
 
 ATTENTION = OrtAttention("ort-attention")

@@ -4,8 +4,9 @@
 Axis legend: B batch, L_q / L_k lengths, h heads, d_model query width, k_dim / v_dim key / value
 widths, d_k / d_v per-head widths, d_out output width.
 
-Both adapters validate with :mod:`._validate` (through :class:`~.torch_backend.TorchBackend`'s entry
-points) before anything reaches torch, so the ERR clauses hold, then convert the spec's arguments:
+Both adapters are :class:`~.adapters.TorchAdapter` subclasses: the entry points validate before
+anything reaches torch, so the ERR clauses hold; the arguments are converted with the public helpers
+(:mod:`.masks`, :mod:`.layouts`):
 
 ``torch-sdpa`` (:data:`SDPA`), ``torch.nn.functional.scaled_dot_product_attention``:
     * layout is the spec's ``(B, h, L, d)``; ``scale=`` is passed through;
@@ -19,7 +20,10 @@ points) before anything reaches torch, so the ERR clauses hold, then convert the
       whose first rows are fully masked and for which torch warns that ``CausalBias`` may give NaN,
       or causal combined with other masks: ``is_causal`` cannot be combined with ``attn_mask``) the
       causal mask is an explicit boolean mask;
-    * SDPA returns no attention weights: the adapter returns ``None`` and does not claim "weights".
+    * SDPA returns no attention weights: the adapter returns ``None`` and does not claim "weights";
+    * grouped key/value heads (``gqa``, GQA-1: k and v with g heads, g dividing h) use
+      ``enable_gqa=True``, which maps query head i to key/value head ``i // (h / g)`` as the spec
+      does.
     Observed with torch 2.13 on CPU: a fully masked row gives 0 (safe softmax), as MASK-9 asks.
 
 ``torch-mha`` (:data:`MHA`), ``torch.nn.MultiheadAttention`` (``batch_first=True``, dropout 0, eval,
@@ -48,40 +52,21 @@ points) before anything reaches torch, so the ERR clauses hold, then convert the
 
 from __future__ import annotations
 
+from . import layouts, masks
 from ._base import MHAParams
-from ._generic import MaskArgs
-from ._native_common import NativeMixin, is_default_scale
-from .torch_backend import TorchBackend, _torch
+from .adapters import MaskArgs, TorchAdapter
+from .torch_backend import _torch
 
 
-class _TorchNative(NativeMixin, TorchBackend):
-    framework = "torch"
-
-    def __init__(self, name: str):
-        NativeMixin.__init__(self, name)
-
-    def _cast_like(self, x, like):
-        return x.to(dtype=like.dtype, device=like.device)
-
-    def _neg_inf_where_blocked(self, allowed, additive, like):
-        """Float mask: ``additive`` (or 0) where allowed, -inf elsewhere."""
-        torch = _torch()
-        zero = torch.zeros((), dtype=like.dtype, device=like.device)
-        base = zero if additive is None else additive
-        if allowed is None:
-            return base
-        return torch.where(allowed, base, torch.tensor(float("-inf"), dtype=like.dtype,
-                                                       device=like.device))
-
-
-class TorchSDPA(_TorchNative):
+class TorchSDPA(TorchAdapter):
     """``torch.nn.functional.scaled_dot_product_attention`` behind the spec's SDPA."""
 
+    framework = "torch"
     native_op = "torch.nn.functional.scaled_dot_product_attention"
     conventions = {"causal-alignment": (
         "MASK-7", "is_causal=True is top-left; bottom-right with L_q < L_k goes through "
                   "causal_lower_right, otherwise an explicit mask")}
-    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad"})
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad", "gqa"})
     deviations = {
         "MASK-13": "a NaN or inf key behind a boolean mask or key_padding_mask leaks into the rows "
                    "that exclude it (PyTorch issue 101967: the mask is added as -inf, and "
@@ -98,20 +83,15 @@ class TorchSDPA(_TorchNative):
             return {c: r for c, r in self.deviations.items() if c != "NUM-6"}
         return dict(self.deviations)
 
-    def _vjp_forward(self, *args):
-        """GRAD: autograd through the spec's projections around the native kernel."""
-        return self._mha_over_sdpa(*args)
-
-    def _sdpa(self, q, k, v, masks: MaskArgs):
-        torch = _torch()
-        F = torch.nn.functional
+    def attention(self, q, k, v, m: MaskArgs):
+        F = _torch().nn.functional
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
-        additive = self._additive_sum(masks, q)
-        causal = masks.causal
-        only_causal = masks.mask is None and masks.key_padding_mask is None and additive is None
+        additive = masks.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
+        causal = m.causal
+        only_causal = m.mask is None and m.key_padding_mask is None and additive is None
         kwargs = {}
         if causal is not None and only_causal:
-            if self._native_causal(causal, len_q, len_k):
+            if self.native_causal(causal, len_q, len_k):
                 kwargs["is_causal"] = True
                 causal = None
             elif len_q < len_k:
@@ -119,23 +99,24 @@ class TorchSDPA(_TorchNative):
 
                 kwargs["attn_mask"] = causal_lower_right(len_q, len_k)
                 causal = None
-        allowed = self._allowed_rank4(len_q, len_k, q, masks.mask, masks.key_padding_mask, causal)
+        allowed = masks.allowed_mask(len_q, len_k, like=q, mask=m.mask,
+                                     key_padding_mask=m.key_padding_mask, causal=causal)
         if additive is not None:
-            kwargs["attn_mask"] = self._neg_inf_where_blocked(allowed, additive, q)
+            kwargs["attn_mask"] = masks.fill_blocked(allowed, like=q, additive=additive)
         elif allowed is not None:
             kwargs["attn_mask"] = allowed
         # no torch.no_grad(): mha_vjp differentiates through the kernel (plain calls build no graph,
         # their inputs do not require grad)
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=masks.scale, **kwargs)
+        if self._shape(k)[1] != self._shape(q)[1]:  # GQA-1: query head i uses kv head i // (h/g)
+            kwargs["enable_gqa"] = True
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=m.scale, **kwargs)
         return out, None
 
-    def _mha(self, *args):
-        self._unsupported("multi-head attention (it is the attention kernel only)")
 
-
-class TorchMHA(_TorchNative):
+class TorchMHA(TorchAdapter):
     """``torch.nn.MultiheadAttention`` behind the spec's multi-head attention."""
 
+    framework = "torch"
     native_op = "torch.nn.MultiheadAttention"
     capabilities = frozenset({"mha", "weights", "masks", "causal", "legacy_mask", "errors", "grad"})
     deviations = {
@@ -150,59 +131,37 @@ class TorchMHA(_TorchNative):
         "MASK-1", "boolean attn_mask and key_padding_mask mean blocked (True = may not attend); "
                   "the adapter passes ~mask and ~key_padding_mask")}
 
-    def _sdpa(self, *args):
-        self._unsupported("scaled dot-product attention on its own (it is a module with "
-                          "projections)")
-
     def _module(self, p: MHAParams, num_heads: int, like):
         """An nn.MultiheadAttention holding the spec's parameters (PARAM-1, PARAM-2)."""
         torch = _torch()
         d_model, hd_k = self._shape(p.w_q)
-        k_dim, v_dim = self._shape(p.w_k)[0], self._shape(p.w_v)[0]
         hd_v, d_out = self._shape(p.w_o)
         if hd_k != d_model or hd_v != d_model or d_out != d_model:
-            self._unsupported(
+            self.unsupported(
                 f"h*d_k = {hd_k}, h*d_v = {hd_v}, d_out = {d_out} with d_model = {d_model}: "
                 f"every projection width must equal embed_dim = d_model")
-        has_bias = any(b is not None for b in (p.b_q, p.b_k, p.b_v, p.b_o))
-        dt, dev = like.dtype, like.device
-        mod = torch.nn.MultiheadAttention(d_model, num_heads, dropout=0.0, bias=has_bias,
-                                          kdim=k_dim, vdim=v_dim, batch_first=True,
-                                          device=dev, dtype=dt)
+        mod = torch.nn.MultiheadAttention(d_model, num_heads, dropout=0.0,
+                                          bias=layouts.has_bias(p), kdim=self._shape(p.w_k)[0],
+                                          vdim=self._shape(p.w_v)[0], batch_first=True,
+                                          device=like.device, dtype=like.dtype)
         mod.eval()
-
-        def t(w):
-            return w.to(dtype=dt, device=dev).T
-
-        def b_or_zero(b, n):
-            return torch.zeros(n, dtype=dt, device=dev) if b is None else b.to(dtype=dt, device=dev)
-
+        p = MHAParams(*(None if t is None else t.to(dtype=like.dtype, device=like.device)
+                        for t in p))
         with torch.no_grad():
-            if mod._qkv_same_embed_dim:
-                mod.in_proj_weight.copy_(torch.cat([t(p.w_q), t(p.w_k), t(p.w_v)], dim=0))
-            else:
-                mod.q_proj_weight.copy_(t(p.w_q))
-                mod.k_proj_weight.copy_(t(p.w_k))
-                mod.v_proj_weight.copy_(t(p.w_v))
-            mod.out_proj.weight.copy_(t(p.w_o))
-            if has_bias:
-                mod.in_proj_bias.copy_(torch.cat([b_or_zero(p.b_q, d_model),
-                                                  b_or_zero(p.b_k, d_model),
-                                                  b_or_zero(p.b_v, d_model)]))
-                mod.out_proj.bias.copy_(b_or_zero(p.b_o, d_model))
+            for name, value in layouts.to_torch_mha(p).items():
+                mod.get_parameter(name).copy_(value)
         return mod
 
-    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
-        torch = _torch()
-        with torch.no_grad():
-            out, weights, _ = self._call(query, key, value, p, num_heads, masks)
+    def mha(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
+        with _torch().no_grad():
+            out, weights, _ = self._call(query, key, value, p, num_heads, m)
         return out, weights
 
     def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
                 mask=None, bias=None, legacy_mask=None, key_padding_mask=None, causal=None,
                 scale=None, num_kv_heads=None) -> dict:
         """GRAD: autograd w.r.t. fresh input leaves and the module's parameters, mapped back to the
-        spec's layout (transposed, packed in_proj split into W_q, W_k, W_v)."""
+        spec's layout (:func:`.layouts.from_torch_mha`: transposed, packed in_proj split)."""
         torch = _torch()
         call = self._mha_call(query, key, value, params, num_heads, mask, bias, legacy_mask,
                               key_padding_mask, causal, scale, num_kv_heads)
@@ -217,53 +176,37 @@ class TorchMHA(_TorchNative):
                                         grad_outputs=cotangent, allow_unused=True)
         g = {n: t if t is not None else torch.zeros_like(v)
              for (n, v), t in zip([*x.items(), *named.items()], grads)}
-        d = self._shape(params.w_q)[1]
+        spec = layouts.from_torch_mha({n: g[n] for n in named})._asdict()
         result = {n: g[n] for n in x}
-        if "in_proj_weight" in g:
-            w = g["in_proj_weight"]
-            result.update(w_q=w[:d].T, w_k=w[d:2 * d].T, w_v=w[2 * d:].T)
-        else:
-            result.update(w_q=g["q_proj_weight"].T, w_k=g["k_proj_weight"].T,
-                          w_v=g["v_proj_weight"].T)
-        result["w_o"] = g["out_proj.weight"].T
-        if "in_proj_bias" in g:
-            b = g["in_proj_bias"]
-            for name, part in (("b_q", b[:d]), ("b_k", b[d:2 * d]), ("b_v", b[2 * d:])):
-                if getattr(params, name) is not None:
-                    result[name] = part
-            if params.b_o is not None:
-                result["b_o"] = g["out_proj.bias"]
+        result.update((n, t) for n, t in spec.items()
+                      if n.startswith("w_") or getattr(params, n) is not None)
         return result
 
-    def _call(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
-        """The module call of :meth:`_mha`: (output, weights, module)."""
+    def _call(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
+        """The module call of :meth:`mha`: (output, weights, module)."""
         d_k = self._shape(p.w_q)[1] // num_heads
-        key_padding_mask = masks.key_padding_mask
-        if not is_default_scale(masks.scale, d_k):
-            self._unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
-                              f"{1 / d_k ** 0.5!r})")
+        if not masks.is_default_scale(m.scale, d_k):
+            self.unsupported(f"scale = {m.scale!r} (it always uses 1/sqrt(d_k) = "
+                             f"{1 / d_k ** 0.5!r})")
         mod = self._module(p, num_heads, query)
         b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
-        allowed = self._allowed_rank4(len_q, len_k, query, masks.mask, None, masks.causal)
-        additive = self._additive_sum(masks, query)
+        allowed = masks.allowed_mask(len_q, len_k, like=query, mask=m.mask, causal=m.causal)
+        additive = masks.additive_mask(like=query, bias=m.bias, legacy_mask=m.legacy_mask)
+        kpm = m.key_padding_mask
         kwargs = {}
-        attn = None
-        if additive is not None:
-            attn = self._neg_inf_where_blocked(allowed, additive, query)
-            if key_padding_mask is not None:
-                kwargs["key_padding_mask"] = self._neg_inf_where_blocked(
-                    key_padding_mask, None, query).expand(b, len_k)
-        else:
-            invert = "mask-polarity" in self.translated  # torch: True = blocked
-            if allowed is not None:
-                attn = ~allowed if invert else allowed
-            if key_padding_mask is not None:
-                kwargs["key_padding_mask"] = ~key_padding_mask if invert else key_padding_mask
+        if additive is not None:  # one float mask each, -inf where blocked
+            attn = masks.fill_blocked(allowed, like=query, additive=additive)
+            if kpm is not None:
+                kwargs["key_padding_mask"] = masks.fill_blocked(kpm, like=query).expand(b, len_k)
+        else:  # torch's boolean masks: True = blocked
+            invert = masks.blocked if self.translates("mask-polarity") else (lambda a: a)
+            attn = invert(allowed)
+            if kpm is not None:
+                kwargs["key_padding_mask"] = invert(kpm)
         if attn is not None:
-            lead = tuple(self._shape(attn)[:2])
-            if lead == (1, 1):
+            if tuple(self._shape(attn)[:2]) == (1, 1):
                 attn = attn.expand(1, 1, len_q, len_k)[0, 0]
-            else:
+            else:  # (B*h, L_q, L_k), batch-major: the layout torch reshapes its heads into
                 attn = attn.expand(b, num_heads, len_q, len_k).reshape(b * num_heads, len_q, len_k)
             kwargs["attn_mask"] = attn
         out, weights = mod(query, key, value, need_weights=True, average_attn_weights=False,

@@ -376,7 +376,7 @@ def test_numpy_adapter_base_fills_in_the_protocol():
 
     class Softmax(NumpyAdapter):
         native_op = "a NumPy function"
-        capabilities = frozenset({"sdpa", "masks", "errors"})
+        capabilities = frozenset({"sdpa", "mha", "masks", "errors"})  # mha: projections around it
 
         def attention(self, q, k, v, m):
             allowed = masks.allowed_mask(q.shape[2], k.shape[2], like=q, mask=m.mask,
@@ -414,7 +414,7 @@ def test_module_adapter_base_and_untranslated():
 
     class Module(NumpyAdapter):
         native_op = "a module"
-        capabilities = frozenset({"mha", "errors"})
+        capabilities = frozenset({"errors"})
         conventions = {"order": ("MHA-4", "value before key")}
 
     be = Module("module-test")
@@ -443,3 +443,53 @@ def test_framework_adapter_bases(base):
     assert be.device_of(x) == "cpu" and be.to_numpy(x).dtype == np.float32
     assert np.array_equal(be.to_numpy(x), np.arange(6.0).reshape(2, 3))
     assert "bfloat16" in be.dtypes("cpu") and be.framework_version()
+
+
+def _softmax_attention(q, k, v, m):
+    """NumPy attention over the allowed set (0 for an empty row), k and v with g heads."""
+    k, v = (np.repeat(t, q.shape[1] // t.shape[1], axis=1) for t in (k, v))
+    allowed = masks.allowed_mask(q.shape[2], k.shape[2], like=q, mask=m.mask,
+                                 key_padding_mask=m.key_padding_mask, causal=m.causal)
+    logits = masks.fill_blocked(allowed, like=q, additive=q @ k.swapaxes(-1, -2) * m.scale)
+    top = logits.max(axis=-1, keepdims=True)
+    w = np.exp(logits - np.where(np.isfinite(top), top, 0))
+    return w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300) @ v, None
+
+
+@pytest.mark.parametrize("alignment,len_q,len_k,native", [("top_left", 4, 6, True),
+                                                          ("bottom_right", 5, 5, True),
+                                                          ("bottom_right", 3, 6, False)])
+def test_feature_calls_reach_the_native_mapping_or_the_folded_mask(alignment, len_q, len_k, native):
+    """A spec 1.2 call (a window, with g = 1 key/value heads) goes to attention_features, which
+    maps it to a top-left index window where native_window says that is exact, and otherwise
+    returns NotImplemented: the window is then folded into masks.mask for attention()."""
+    from mhaspec.backends.adapters import NumpyAdapter
+
+    class Windowed(NumpyAdapter):
+        native_op = "a windowed NumPy function"
+        capabilities = frozenset({"sdpa", "masks", "causal", "errors", "window", "gqa"})
+        calls: list = []
+
+        def attention(self, q, k, v, m):
+            self.calls.append("folded")
+            return _softmax_attention(q, k, v, m)
+
+        def attention_features(self, q, k, v, m, features):
+            window = masks.native_window(features.window, features.diagonal, q.shape[2],
+                                         k.shape[2])
+            if window is None:
+                return NotImplemented
+            self.calls.append(("native", window))
+            i, j = np.arange(q.shape[2])[:, None], np.arange(k.shape[2])[None, :]
+            band = (i - window[0] <= j) & (j <= i + window[1])
+            return _softmax_attention(q, k, v, m._replace(mask=band))
+
+    be = Windowed("windowed-test")
+    rng = np.random.default_rng(12)
+    q, k, v = _qkv(rng, len_q, len_k, kv_heads=1)
+    out, _ = be.scaled_dot_product_attention(q, k, v, window=(1, 0), alignment=alignment)
+    ref, _ = oracle.attention(q, k, v, window=(1, 0), alignment=alignment)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=TOL64)
+    assert be.calls == ([("native", (1, 0))] if native else ["folded"])
+    with pytest.raises(NotImplementedError, match="softcap"):
+        be.scaled_dot_product_attention(q, k, v, softcap=2.0)
