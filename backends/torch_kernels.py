@@ -28,7 +28,7 @@ dtypes are the kernels' documented input types, and float64 is declared against 
 
 from __future__ import annotations
 
-from ._generic import MaskArgs
+from .adapters import MaskArgs
 from .torch_backend import _torch
 from .torch_native import TorchSDPA
 
@@ -70,12 +70,12 @@ class TorchSDPAKernel(TorchSDPA):
     def dtypes(self, device: str) -> tuple[str, ...]:
         return self._dtypes
 
-    def _sdpa(self, q, k, v, masks: MaskArgs):
+    def attention(self, q, k, v, masks: MaskArgs):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         with sdpa_kernel([getattr(SDPBackend, self.kernel)]):
             if not self.same_widths:
-                return super()._sdpa(q, k, v, masks)
+                return super().attention(q, k, v, masks)
             d_k, d_v = q.shape[-1], v.shape[-1]
             width = max(d_k, d_v)
 
@@ -83,7 +83,7 @@ class TorchSDPAKernel(TorchSDPA):
                 pad = width - x.shape[-1]
                 return _torch().nn.functional.pad(x, (0, pad)) if pad else x
 
-            out, weights = super()._sdpa(widen(q), widen(k), widen(v), masks)
+            out, weights = super().attention(widen(q), widen(k), widen(v), masks)
             return out[..., :d_v], weights
 
 
