@@ -146,7 +146,7 @@ def certify(session: nox.Session) -> None:
     """Certify backends: ``nox -s certify -- NAME|module:attr [mhaspec certify options] [-- pytest
     args]`` certifies one; with no arguments, every in-repo backend with the ci profile into
     certificates/, each then checked with ``mhaspec verify``. Fails if one does not conform."""
-    install(session, "torch", "jax", "tensorflow")
+    install(session, *FRAMEWORKS, *ECOSYSTEM)
     if session.posargs:
         session.run("mhaspec", "certify", *session.posargs)
         return
@@ -169,7 +169,7 @@ def matrix(session: nox.Session) -> None:
     """Run the conformance suite (ci profile) on every registered backend and render
     docs/generated/matrix.md: results by chapter and pairwise agreement. Arguments after ``--`` go
     to ``mhaspec matrix`` (e.g. ``--dtypes float64,float32``)."""
-    install(session, "torch", "jax", "tensorflow")
+    install(session, *FRAMEWORKS, *ECOSYSTEM)
     session.run("mhaspec", "matrix", *session.posargs)
 
 
