@@ -83,8 +83,8 @@ class FlaxMHA(JaxAdapter):
         k_dim, v_dim = p.w_k.shape[0], p.w_v.shape[0]
         hd_v, d_out = p.w_o.shape
         g, d_k = num_kv_heads, hd_k // num_heads
-        if hd_v // g != d_k or v_dim != k_dim:
-            self.unsupported(f"d_v = {hd_v // g} with d_k = {d_k}, or v_dim = {v_dim} with "
+        if hd_v // num_heads != d_k or v_dim != k_dim:
+            self.unsupported(f"d_v = {hd_v // num_heads} with d_k = {d_k}, or v_dim = {v_dim} with "
                              f"k_dim = {k_dim} (one qkv_features and one in_kv_features)")
         use_bias = layouts.has_bias(p)
         dt = like.dtype

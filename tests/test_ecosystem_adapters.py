@@ -215,3 +215,22 @@ def test_flex_spec_1_2_features_with_gqa_and_lse_match_the_oracle(case):
     np.testing.assert_allclose(be.to_numpy(res.output), ref.output, rtol=0, atol=1e-12)
     np.testing.assert_allclose(be.to_numpy(res.lse), ref.lse, rtol=0, atol=1e-12)
     assert res.weights is None
+
+
+def test_flax_grouped_query_attention_matches_the_oracle():
+    """MHA-6 through the module's num_kv_heads: h = 4 query heads over g = 2 key/value heads."""
+    pytest.importorskip("flax")
+    be = load_backend("flax-mha")
+    rng = np.random.default_rng(6)
+    h, g, d, width = 4, 2, 3, 8
+    x = [rng.standard_normal((2, n, width)) for n in (5, 6, 6)]
+    arrays = [rng.standard_normal(s) / 3 for s in ((width, h * d), (width, g * d), (width, g * d),
+                                                   (h * d, 7))]
+    arrays += [rng.standard_normal(n) for n in (h * d, g * d, g * d, 7)]
+    out, weights = be.multi_head_attention(
+        *(be.asarray(a, dtype="float64") for a in x),
+        MHAParams(*(be.asarray(a, dtype="float64") for a in arrays)), num_heads=h, num_kv_heads=g)
+    ref_out, ref_w = oracle.multi_head_attention(*x, oracle.Params(*arrays), num_heads=h,
+                                                 num_kv_heads=g)
+    np.testing.assert_allclose(be.to_numpy(out), ref_out, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(be.to_numpy(weights), ref_w, rtol=0, atol=1e-12)
