@@ -27,6 +27,9 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 TORCH = shlex.split(os.environ.get("MHASPEC_TORCH", "torch==2.13.0"))
 JAX = shlex.split(os.environ.get("MHASPEC_JAX", ""))  # empty: the "jax" extra's plain jax
 FRAMEWORKS = ("torch", "jax", "tensorflow", "onnx")  # extras; "onnx" brings ONNX Runtime
+#: Extras whose adapters the project's own tests exercise too (Flax, Hugging Face Transformers);
+#: ``nox -s conformance`` leaves them out, and their adapters then report themselves unavailable.
+ECOSYSTEM = ("flax", "hf")
 #: The environment of each pytest-xdist worker (where the caller's does not set these): one compute
 #: thread, since with a worker per core the frameworks' own thread pools (OpenBLAS, OpenMP,
 #: TensorFlow) oversubscribe the cores, and OpenBLAS waiting for a descheduled thread makes a small
@@ -91,11 +94,11 @@ def parallel(posargs: list[str]) -> tuple[list[str], dict[str, str]]:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The project's own tests with every framework and the citation validator installed
-    (native-op adapters, JAX compile budget, oracle vs mpmath, spec data, CITATION.cff, broken
-    backends rejected); GPU tests skip without a GPU, the browser check without Chromium (the
-    ``docs_browser`` session requires it)."""
-    install(session, *FRAMEWORKS, groups=("test", "docs"))
+    """The project's own tests with every framework, the Flax and Hugging Face extras and the
+    citation validator installed (native-op adapters, JAX compile budget, oracle vs mpmath, spec
+    data, CITATION.cff, broken backends rejected); GPU tests skip without a GPU, the browser check
+    without Chromium (the ``docs_browser`` session requires it)."""
+    install(session, *FRAMEWORKS, *ECOSYSTEM, groups=("test", "docs"))
     session.run("pytest", *session.posargs)
 
 
@@ -108,11 +111,14 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
-@nox.parametrize("framework", ["numpy", "torch", "jax", "tensorflow", "onnxruntime"])
+@nox.parametrize("framework", ["numpy", "torch", "jax", "tensorflow", "onnxruntime", "flax",
+                               "transformers"])
 def conformance_framework(session: nox.Session, framework: str) -> None:
-    """The conformance suite for one framework's backends (the CI matrix runs one per job)."""
+    """The conformance suite for one framework's backends (the CI matrix runs one per job):
+    "torch" includes the per-kernel SDPA and FlexAttention adapters, "flax" the Flax module and
+    "transformers" the Hugging Face BERT attention."""
     extras = {"numpy": (), "torch": ("torch",), "jax": ("jax",), "tensorflow": ("tensorflow",),
-              "onnxruntime": ("onnx",)}
+              "onnxruntime": ("onnx",), "flax": ("jax", "flax"), "transformers": ("torch", "hf")}
     install(session, *extras[framework])
     frameworks = ("tensorflow", "keras") if framework == "tensorflow" else (framework,)
     run_suite(session, *(f"--framework={f}" for f in frameworks))
@@ -159,7 +165,7 @@ def certify(session: nox.Session) -> None:
     """Certify backends: ``nox -s certify -- NAME|module:attr [mhaspec certify options] [-- pytest
     args]`` certifies one; with no arguments, every in-repo backend with the ci profile into
     certificates/, each then checked with ``mhaspec verify``. Fails if one does not conform."""
-    install(session, "torch", "jax", "tensorflow")
+    install(session, *FRAMEWORKS, *ECOSYSTEM)
     if session.posargs:
         session.run("mhaspec", "certify", *session.posargs)
         return
@@ -182,7 +188,7 @@ def matrix(session: nox.Session) -> None:
     """Run the conformance suite (ci profile) on every registered backend and render
     docs/generated/matrix.md: results by chapter and pairwise agreement. Arguments after ``--`` go
     to ``mhaspec matrix`` (e.g. ``--dtypes float64,float32``)."""
-    install(session, "torch", "jax", "tensorflow")
+    install(session, *FRAMEWORKS, *ECOSYSTEM)
     session.run("mhaspec", "matrix", *session.posargs)
 
 

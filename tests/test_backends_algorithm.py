@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mhaspec.backends import Algorithm, MHAParams, load_backend, registered_backends
+from mhaspec.backends import Algorithm, MHAParams, load_backend
+from registered import loaded, unloadable_params
 
 B, H, L_Q, L_K, D_K = 2, 4, 3, 5, 8
 D_MODEL = H * D_K
@@ -25,8 +26,7 @@ def _generic_backends() -> list[str]:
     """Registered backends that run one of the generic algorithms (native adapters excluded:
     the framework's op computes there) in a framework whose programs can be traced here."""
     names = []
-    for name in sorted(registered_backends()):
-        backend = load_backend(name)
+    for name, backend in loaded().items():
         if (backend.framework in TRACEABLE and isinstance(getattr(backend, "algorithm", None),
                                                            Algorithm)
                 and not getattr(backend, "native_op", "")):
@@ -133,7 +133,7 @@ def test_compiled_variants_wrap_the_algorithm_they_are_given(make, algorithm):
     assert PRODUCTS[backend.framework](backend, "sdpa") == expected_products("sdpa", algorithm)
 
 
-@pytest.mark.parametrize("name", sorted(registered_backends()))
+@pytest.mark.parametrize("name", [*loaded(), *unloadable_params()])
 def test_the_algorithm_cannot_be_reassigned(name):
     backend = load_backend(name)
     with pytest.raises(AttributeError):

@@ -6,7 +6,7 @@
     mhaspec sign CERT.json --key KEY
     mhaspec replay FAILURE.npz --backend NAME|module:attr | --recorded-backend [--max-bytes N]
     mhaspec backends
-    mhaspec matrix | soak | bench | tolerance-study | errors-table | conventions [ARGS]
+    mhaspec matrix | scoreboard | soak | bench | tolerance-study | errors-table | conventions [ARGS]
 
 Exit status: 0 success (certify: every claimed clause passes), 1 the backend does not conform or a
 replayed case still fails, 2 bad usage or input (one line on stderr, no traceback).
@@ -28,6 +28,7 @@ from mhaspec.usage import (ArgumentParser, UsageError, load_backend, one_line, p
 #: only when the command runs, so one tool's missing optional dependency is that tool's error.
 TOOLS = {
     "matrix": ("mhaspec.matrix", "conformance matrix of every registered backend"),
+    "scoreboard": ("mhaspec.scoreboard", "the ecosystem table from the certificates (+ image)"),
     "soak": ("mhaspec.soak", "run the suite for hours and collect rare failures"),
     "bench": ("mhaspec.bench.__main__", "speed and memory of the backends, side by side"),
     "tolerance-study": ("mhaspec.tolerance_study", "measure NUM-3 error ratios over many cases"),

@@ -1,6 +1,7 @@
 """Confirm the conventions the native adapters translate: where a framework's op differs from the
 spec by convention (mask polarity, causal alignment, layout, argument order), the adapter
-translates, and this module shows that the translation is needed. For each declared convention it
+translates, and this module shows that the translation is needed (mask polarity: True means
+blocked; mask form: the mask is added to the logits). For each declared convention it
 calls the adapter on a case that exercises it, once as shipped (must agree with the oracle under
 NUM-3) and once with that translation switched off (``adapter.untranslated(key)``: must not).
 
@@ -21,6 +22,8 @@ from mhaspec.conformance.strategies import CaseSpec
 CASES = {
     "mask-polarity": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, mask_shape=(2, 2, 3, 4),
                               key_padding=True, seed=1),
+    "mask-form": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, mask_shape=(2, 2, 3, 4),
+                          key_padding=True, seed=1),
     "causal-alignment": CaseSpec(batch=2, heads=2, len_q=3, len_k=5, causal="bottom_right", seed=2),
     "layout": CaseSpec(batch=2, heads=3, len_q=4, len_k=5, seed=3),
     "argument-order": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_model=8, k_dim=6, v_dim=6,
