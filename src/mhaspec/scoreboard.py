@@ -56,6 +56,12 @@ class Row(NamedTuple):
     cells: dict
 
 
+def _link_title(text: str) -> str:
+    """``text`` safe inside a Markdown link title: double quotes become single ones, parentheses
+    HTML entities (an unbalanced one, e.g. in a cut-off note, would end the link early)."""
+    return text.replace('"', "'").replace("(", "&#40;").replace(")", "&#41;")
+
+
 def chapter_cells(cert: dict, chapters: list[str], chapter_of: dict[str, str]) -> dict:
     """chapter -> (worst verdict, its clauses "ID: note") from a certificate's clauses."""
     deviations = cert["backend"].get("deviations", {})
@@ -111,8 +117,7 @@ def markdown(rows: list[Row], chapters: list[str], spec_label: str, link_dir: st
         cells = []
         for ch in chapters:
             verdict, notes = row.cells[ch]
-            title = (STYLE[verdict][1] + (": " + "; ".join(notes) if notes else "")).replace(
-                '"', "'")
+            title = _link_title(STYLE[verdict][1] + (": " + "; ".join(notes) if notes else ""))
             cells.append(f'[{STYLE[verdict][0]}]({target} "{title}")')
         lines.append(f"| [`{row.name}`]({target}) | {row.library} | {row.verdict} | "
                      + " | ".join(cells) + " |")
