@@ -171,6 +171,9 @@ EAGER = HFBertSelfAttention(
     deviations={
         "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
                   "finfo(dtype).min, so the row's softmax is uniform)",
+        "MASK-11": "a fully masked row differs between mask=M (the mean of V: finfo.min logits) "
+                   "and bias=where(M, 0, -inf) (NaN: every logit -inf); rows with an allowed key "
+                   "agree",
         "MASK-13": _MASK_13.format(fill="finfo(dtype).min"),
         "SHAPE-4": _SHAPE_4,
     },

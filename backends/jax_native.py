@@ -22,14 +22,14 @@ reaches JAX, then converted with the public helpers (:mod:`.masks`):
 * grouped key/value heads (``gqa``, GQA-1): k and v with g heads go to the op as its K heads; it
   maps query head i to key/value head ``i // (h / g)``, as the spec does.
 
-Spec 1.2 windows and sequence lengths are not claimed, although the op has them
-(``local_window_size``, top-left on indices, WIN-3: :func:`.masks.native_window` maps a spec window
-to it where exact; ``query_seq_lengths`` / ``key_value_seq_lengths``: :func:`.masks.key_lengths`):
-a row that a window, a segment or a key length leaves with no key gets the mean of V, the
-behaviour declared against MASK-9 (measured: 18 of 81 window/length/segment cases, only in such
-rows; every row with an allowed key agrees within float32 accuracy). The feature clauses' tests
-(WIN-1, SEG-1..4, and GQA-1 when a window is drawn with it) judge those rows, so the claim would
-need deviations on clauses the op follows.
+Spec 1.2 windows and packed sequences (``window``, ``segments``) go to the op's own
+``local_window_size`` (top-left on indices, WIN-3) and ``query_seq_lengths`` /
+``key_value_seq_lengths`` where those are exact (:func:`.masks.native_window`,
+:func:`.masks.native_lengths`: one segment, valid tokens a prefix, positions equal to indices);
+other cases (several segments, bottom-right windows with L_q != L_k, positions shifted by
+bottom-right lengths) reach the op as its boolean ``mask``. A row that a window or a length
+leaves with no key gets the mean of V (a query past its length gets 0, as specified): the
+behaviour declared against MASK-9, whose verdict covers those rows in every chapter.
 
 Observed with jax 0.10 (XLA, CPU) and jax 0.11.2 (CUDA, H200): a row whose keys are all excluded
 by ``mask`` / causal / key padding gets the *mean of V* (masked logits are set to the dtype's lowest
@@ -66,7 +66,8 @@ class JaxDPA(JaxAdapter):
 
     framework = "jax"
     native_op = "jax.nn.dot_product_attention"
-    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad", "gqa"})
+    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad", "gqa",
+                              "window", "segments"})
     deviations = _DEVIATIONS
     conventions = {
         "causal-alignment": ("MASK-7", "is_causal=True is top-left; bottom-right with L_q != L_k "
@@ -81,7 +82,23 @@ class JaxDPA(JaxAdapter):
     def attention(self, q, k, v, m: MaskArgs):
         return self._native_sdpa(q, k, v, m), None
 
-    def _native_sdpa(self, q, k, v, m: MaskArgs):
+    def attention_features(self, q, k, v, m: MaskArgs, features):
+        """Windows, segments and lengths as the op's ``local_window_size`` and sequence lengths
+        where exact, else ``NotImplemented`` (the generic path folds them into ``mask``)."""
+        native = native_arguments(m, features, self._shape(q)[2], self._shape(k)[2])
+        if native is None:
+            return NotImplemented
+        causal, window, q_len, kv_len = native
+        return self._native_call(q, k, v, m._replace(causal=causal), window, q_len, kv_len), None
+
+    def _native_call(self, q, k, v, m: MaskArgs, window, q_len, kv_len):
+        """:meth:`_native_sdpa` with the op's window and length arguments (NumPy lengths)."""
+        jnp = _jnp()
+        return self._native_sdpa(q, k, v, m, window=window,
+                                 q_len=None if q_len is None else jnp.asarray(q_len),
+                                 kv_len=None if kv_len is None else jnp.asarray(kv_len))
+
+    def _native_sdpa(self, q, k, v, m: MaskArgs, *, window=None, q_len=None, kv_len=None):
         jax, jnp = _jax(), _jnp()
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         d_k, d_v = self._shape(q)[3], self._shape(v)[3]
@@ -104,7 +121,9 @@ class JaxDPA(JaxAdapter):
         with jax.default_matmul_precision(precision):
             out = jax.nn.dot_product_attention(btnh(q), btnh(k), btnh(v), bias=additive,
                                                mask=allowed, scale=m.scale, is_causal=is_causal,
-                                               implementation="xla")
+                                               query_seq_lengths=q_len,
+                                               key_value_seq_lengths=kv_len,
+                                               local_window_size=window, implementation="xla")
         return jnp.transpose(out[..., :d_v], (0, 2, 1, 3)) if layout else out[..., :d_v]
 
 
@@ -128,19 +147,48 @@ class JitJaxDPA(JaxDPA):
         return ("float32", "bfloat16")
 
     def attention(self, q, k, v, m: MaskArgs):
+        return self._native_call(q, k, v, m, None, None, None), None
+
+    def _native_call(self, q, k, v, m: MaskArgs, window, q_len, kv_len):
         if self._jitted is None:
-            self._jitted = _jax().jit(self._native_sdpa_static, static_argnames=("causal", "scale"))
+            self._jitted = _jax().jit(self._native_sdpa_static,
+                                      static_argnames=("causal", "scale", "window"))
         _jax_compile_budget.tick(_jax())
+        jnp = _jnp()
         full = (*self._shape(q)[:3], self._shape(k)[2])
         arrays = m._replace(causal=None, scale=None,
-                         **{n: _broadcast(getattr(m, n), full)
-                            for n in ("mask", "bias", "legacy_mask")})
-        return self._jitted(q, k, v, arrays, causal=m.causal, scale=m.scale), None
+                            **{n: _broadcast(getattr(m, n), full)
+                               for n in ("mask", "bias", "legacy_mask")})
+        return self._jitted(q, k, v, arrays, None if q_len is None else jnp.asarray(q_len),
+                            None if kv_len is None else jnp.asarray(kv_len),
+                            causal=m.causal, scale=m.scale, window=window)
 
-    def _native_sdpa_static(self, q, k, v, arrays: MaskArgs, *, causal, scale):
-        """:meth:`_native_sdpa` with the mask arrays traced and ``causal`` and ``scale`` static
-        (the op needs them as Python values)."""
-        return self._native_sdpa(q, k, v, arrays._replace(causal=causal, scale=scale))
+    def _native_sdpa_static(self, q, k, v, arrays: MaskArgs, q_len, kv_len, *, causal, scale,
+                            window):
+        """:meth:`_native_sdpa` with the mask arrays and lengths traced, and ``causal``, ``scale``
+        and ``window`` static (the op needs them as Python values)."""
+        return self._native_sdpa(q, k, v, arrays._replace(causal=causal, scale=scale),
+                                 window=window, q_len=q_len, kv_len=kv_len)
+
+
+def native_arguments(m: MaskArgs, features, len_q: int, len_k: int):
+    """The op's own arguments for a call's window, segments and lengths, when they are exact:
+    ``(causal, local_window_size or None, query lengths or None, key lengths or None)`` (lengths
+    as int32 NumPy ``(B,)``), or None when they are not (see :func:`.masks.native_lengths`,
+    :func:`.masks.native_window`). With segments or lengths whose positions are indices, a causal
+    mask compares indices: top-left (SEG-3)."""
+    lengths = masks.native_lengths(features.positions)
+    if lengths is None:
+        return None
+    indexed = features.positions is not None
+    window = None
+    if features.window is not None:
+        diagonal = "top_left" if indexed else features.diagonal or "top_left"
+        window = masks.native_window(features.window, diagonal, len_q, len_k)
+        if window is None:
+            return None
+    causal = "top_left" if indexed and m.causal is not None else m.causal
+    return (causal, window, *lengths)
 
 
 def _broadcast(m, full: tuple[int, ...]):

@@ -15,6 +15,8 @@ blocked, added times -1e9, MASK-3), ``key_padding_mask`` (``(B, L_k)``, True = k
 * a causal flag: :func:`native_causal_serves` says when it computes the spec's ``causal``; else
   :func:`causal_mask` explicitly (bottom-right with L_q != L_k under a top-left flag);
 * a top-left index window (jax ``local_window_size``): :func:`native_window`, when exact;
+* per-batch query and key lengths for spec 1.2's segments and lengths (jax
+  ``query_seq_lengths`` / ``key_value_seq_lengths``): :func:`native_lengths`, when exact;
 * segments, lengths and windows of spec 1.2 as one boolean: :func:`structural_mask`.
 
 The array helpers take and return the caller's arrays (NumPy, torch, JAX including tracers,
@@ -138,6 +140,31 @@ def native_window(window, alignment: str, len_q: int, len_k: int):
     unbounded = max(len_q, len_k)
     left, right = window
     return (unbounded if left is None else int(left), unbounded if right is None else int(right))
+
+
+def native_lengths(pos: "positions.Positions | None") -> tuple | None:
+    """Spec 1.2's segments and lengths (SEG-1..3), given as the validated
+    :class:`~.positions.Positions`, as per-batch ``(query_lengths, key_lengths)`` (each ``(B,)``
+    int32, or None where every token is valid) when that form is exact: every valid token in one
+    segment shared by queries and keys, valid tokens a prefix of each row, and positions equal to
+    array indices (so causal masks and windows apply to indices, top-left). None when it is not
+    exact (then pass :func:`structural_mask`); ``(None, None)`` without segments or lengths."""
+    if pos is None:
+        return None, None
+    lengths = []
+    for valid, seg, place in ((pos.query_valid, pos.query_segment, pos.query_pos),
+                              (pos.key_valid, pos.key_segment, pos.key_pos)):
+        n = valid.sum(axis=-1)
+        index = np.arange(valid.shape[-1])[None, :]
+        if not (np.array_equal(valid, index < n[:, None]) and np.all((place == index) | ~valid)):
+            return None
+        lengths.append(None if valid.all() else n.astype(np.int32))
+    for b in range(pos.query_valid.shape[0]):
+        ids = np.concatenate([pos.query_segment[b][pos.query_valid[b]],
+                              pos.key_segment[b][pos.key_valid[b]]])
+        if np.unique(ids).size > 1:
+            return None
+    return tuple(lengths)
 
 
 def structural_mask(batch: int, len_q: int, len_k: int, *, causal=None, window=None,

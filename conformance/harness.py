@@ -248,6 +248,12 @@ def op_capabilities(backend, op: str | None) -> frozenset:
     return frozenset(scoped(op))
 
 
+def cell_deviations(backend, device: str, dtype: str) -> Mapping[str, str]:
+    """The backend's declared deviations for one cell (``deviations_on`` is optional)."""
+    on = getattr(backend, "deviations_on", None)
+    return on(device, dtype) if on is not None else backend.deviations
+
+
 def op_deviations(deviations: Mapping[str, str], op: str | None) -> dict[str, str]:
     """clause -> reason of the declared ``deviations`` that hold for operation ``op``: keys
     ``"CLAUSE"`` hold for every operation, ``"CLAUSE@op"`` (e.g. ``"SHAPE-4@mha"``) for ``op`` only."""
@@ -488,16 +494,21 @@ def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
     overrides = overrides or {}
     ref = ref or reference(case, op, impl.dtype, overrides)
     expected, naive = ref.expected, ref.naive
-    parts = [("output", got.out, expected.out, [n.out for n in naive], magnitude(case, op, expected))]
+    empty = None if clause == "MASK-9" else rows_left_to_mask9(impl, op, expected)
+    rows = None if empty is None else empty.any(axis=1) if op == "mha" else empty
+    outputs = _unjudged([got.out, expected.out, *(n.out for n in naive)],
+                        None if rows is None else rows[..., None])
+    parts = [("output", outputs[0], outputs[1], outputs[2:], magnitude(case, op, expected))]
     if got.weights is not None:
-        weights = [got.weights, expected.weights, *(n.weights for n in naive)]
-        free = ~np.all(np.isfinite(expected.weights), axis=-1, keepdims=True)
-        if free.any() and got.weights.shape == expected.weights.shape:
-            weights = [np.where(free, 0.0, w) for w in weights]
+        free = ~np.all(np.isfinite(expected.weights), axis=-1)
+        free = free if empty is None else free | empty
+        weights = _unjudged([got.weights, expected.weights, *(n.weights for n in naive)],
+                            free[..., None])
         parts.append(("weights", weights[0], weights[1], weights[2:], 1.0))
     if got.lse is not None:
-        parts.append(("lse", lse_for_comparison(got.lse, expected.lse), expected.lse,
-                      [n.lse for n in naive], lse_scale(expected.lse)))
+        lses = _unjudged([lse_for_comparison(got.lse, expected.lse), expected.lse,
+                          *(n.lse for n in naive)], empty)
+        parts.append(("lse", lses[0], lses[1], lses[2:], lse_scale(expected.lse)))
     for what in ("present_key", "present_value"):
         mine, want = getattr(got, what), getattr(expected, what)
         if mine is not None or want is not None:
@@ -517,6 +528,29 @@ def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
             raise AssertionError("present_lengths missing where the spec requires it (CACHE-1)")
         checks.append(Check("present_lengths", _exact(got.present_lengths, expected.present_lengths)))
     return checks
+
+
+def rows_left_to_mask9(impl: Impl, op: str, expected: Result) -> np.ndarray | None:
+    """The oracle's fully masked rows (no allowed key: all-zero weights, MASK-9) as a boolean
+    ``(B, h, L_q)``, when the cell declares a MASK-9 deviation for ``op``; else None. Such a
+    backend's behaviour on those rows is MASK-9's verdict (its own test reports the deviation),
+    so the other clauses -- a window, segments or lengths can leave a row empty -- judge the
+    other rows only."""
+    deviations = op_deviations(cell_deviations(impl.backend, impl.device, impl.dtype), op)
+    if "MASK-9" not in deviations or expected.weights is None:
+        return None
+    empty = ~np.any(expected.weights != 0, axis=-1)
+    return empty if empty.any() else None
+
+
+def _unjudged(arrays: list, where) -> list:
+    """``arrays`` (a result, the oracle's and the naive ones; None stays None) set to 0 where the
+    boolean ``where`` (same rank, broadcasting; None: nowhere) holds, so that the comparison leaves
+    those entries out. A result of another shape is left for the shape check."""
+    if where is None or not where.any() or arrays[0] is None or np.ndim(arrays[0]) != where.ndim \
+            or any(w not in (1, a) for w, a in zip(where.shape, np.shape(arrays[0]))):
+        return arrays
+    return [None if a is None else np.where(where, 0.0, a) for a in arrays]
 
 
 def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,

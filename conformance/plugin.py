@@ -256,12 +256,6 @@ def _backends(config: pytest.Config, refs: dict[str, str]) -> list:
     return loaded
 
 
-def _deviations(backend, device: str, dtype: str):
-    """The backend's declared deviations for one cell (``deviations_on`` is optional)."""
-    on = getattr(backend, "deviations_on", None)
-    return on(device, dtype) if on is not None else backend.deviations
-
-
 def operation_of(op: str | None, needs: set[str]) -> str | None:
     """The operation a test exercises, for per-operation scoping: its ``op`` parameter, else the
     one of "mha" / "sdpa" it requires (None for neither)."""
@@ -293,7 +287,8 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
-                deviations = harness.op_deviations(_deviations(backend, device, dtype), scope)
+                deviations = harness.op_deviations(harness.cell_deviations(backend, device, dtype),
+                                                     scope)
                 declared = [c for c in clauses if c in deviations]
                 if only and dtype not in only:
                     continue

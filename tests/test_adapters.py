@@ -494,3 +494,66 @@ def test_feature_calls_reach_the_native_mapping_or_the_folded_mask(alignment, le
     assert be.calls == ([("native", (1, 0))] if native else ["folded"])
     with pytest.raises(NotImplementedError, match="softcap"):
         be.scaled_dot_product_attention(q, k, v, softcap=2.0)
+
+
+def _positions(**kw):
+    from mhaspec.backends import positions
+    return positions.token_positions(B, L_Q, L_K, **kw)
+
+
+@pytest.mark.parametrize("kw,want", [
+    ({}, (None, None)),
+    ({"key_value_seq_lengths": np.array([4, 6])}, (None, [4, 6])),
+    ({"query_seq_lengths": np.array([2, 4]), "key_value_seq_lengths": np.array([6, 1])},
+     ([2, 4], [6, 1])),
+    ({"q_segment_ids": np.full((B, L_Q), 3), "kv_segment_ids": np.full((B, L_K), 3)},
+     (None, None)),
+    ({"q_segment_ids": np.array([[0, 0, 1, 1]] * B), "kv_segment_ids": np.zeros((B, L_K), int)},
+     "not exact"),
+    ({"q_segment_ids": np.zeros((B, L_Q), int), "kv_segment_ids": np.ones((B, L_K), int)},
+     "not exact"),
+    ({"query_seq_lengths": np.array([2, 4]), "key_value_seq_lengths": np.array([6, 1]),
+      "alignment": "bottom_right"}, "not exact"),
+], ids=["none", "keys", "both", "one-segment", "two-segments", "other-segment", "shifted"])
+def test_native_lengths_only_where_exact(kw, want):
+    """Per-batch lengths stand for segments and lengths only when positions are indices and every
+    valid token is in one segment (jax query_seq_lengths / key_value_seq_lengths)."""
+    got = masks.native_lengths(_positions(**kw) if kw else None)
+    if want == "not exact":
+        assert got is None
+        return
+    assert [None if x is None else x.tolist() for x in got] == [
+        None if x is None else list(x) for x in want]
+
+
+@pytest.mark.parametrize("name", ["jax-dpa", "jax-dpa-jit"])
+def test_jax_dpa_passes_windows_and_lengths_to_the_op(jax, monkeypatch, name):
+    """jax-dpa hands an exact window and lengths to jax.nn.dot_product_attention's own arguments
+    (not a folded mask), and the result is the oracle's on every row with an allowed key."""
+    from mhaspec.backends import load_backend
+
+    seen = []
+    real = jax.nn.dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append({k: kwargs.get(k) is not None for k in
+                     ("local_window_size", "query_seq_lengths", "key_value_seq_lengths", "mask")})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
+    be = load_backend(name)
+    be.reset()
+    rng = np.random.default_rng(13)
+    q, k, v = _qkv(rng)
+    kw = {"window": (1, 2), "causal": "top_left", "query_seq_lengths": np.array([3, 4]),
+          "key_value_seq_lengths": np.array([5, 2])}
+    call = {n: be.asarray(x, dtype="int64") if isinstance(x, np.ndarray) else x
+            for n, x in kw.items()}
+    out, _ = be.scaled_dot_product_attention(*(be.asarray(x, dtype="float32") for x in (q, k, v)),
+                                             **call)
+    assert seen == [{"local_window_size": True, "query_seq_lengths": True,
+                     "key_value_seq_lengths": True, "mask": False}]
+    ref = oracle.attention_result(q, k, v, **kw)
+    keep = np.any(ref.weights != 0, axis=-1)[..., None]
+    np.testing.assert_allclose(np.where(keep, be.to_numpy(out), 0), np.where(keep, ref.output, 0),
+                               rtol=0, atol=2e-6)
