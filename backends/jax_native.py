@@ -1,5 +1,6 @@
 """Adapters for ``jax.nn.dot_product_attention`` (``implementation="xla"``), eager and under
-``jax.jit``.
+``jax.jit``, and its cuDNN flash-attention implementation on CUDA (``implementation="cudnn"``,
+``jax-dpa-cudnn``).
 
 Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 
@@ -76,6 +77,8 @@ class JaxDPA(JaxAdapter):
                               "transposes from and to the spec's (B, h, L, d)"),
     }
 
+    implementation = "xla"
+
     def __init__(self, name: str = "jax-dpa"):
         super().__init__(name)
 
@@ -123,7 +126,8 @@ class JaxDPA(JaxAdapter):
                                                mask=allowed, scale=m.scale, is_causal=is_causal,
                                                query_seq_lengths=q_len,
                                                key_value_seq_lengths=kv_len,
-                                               local_window_size=window, implementation="xla")
+                                               local_window_size=window,
+                                               implementation=self.implementation)
         return jnp.transpose(out[..., :d_v], (0, 2, 1, 3)) if layout else out[..., :d_v]
 
 
@@ -171,6 +175,23 @@ class JitJaxDPA(JaxDPA):
                                  window=window, q_len=q_len, kv_len=kv_len)
 
 
+class CudnnJaxDPA(JaxDPA):
+    """The op's cuDNN flash-attention implementation (``implementation="cudnn"``): CUDA GPUs only,
+    float16 and bfloat16 (the cuDNN kernel's input types). Masks, windows and lengths are mapped
+    as for ``jax-dpa``; cuDNN takes a right window only with a causal mask, and raises otherwise
+    (reported as the op's own error). Not run on this project's CI machines (no GPU)."""
+
+    implementation = "cudnn"
+
+    def devices(self) -> dict[str, str | None]:
+        found = super().devices()
+        return {"cpu": "the cuDNN implementation runs on CUDA GPUs only",
+                **{d: why for d, why in found.items() if d != "cpu"}}
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        return ("float16", "bfloat16")
+
+
 def native_arguments(m: MaskArgs, features, len_q: int, len_k: int):
     """The op's own arguments for a call's window, segments and lengths, when they are exact:
     ``(causal, local_window_size or None, query lengths or None, key lengths or None)`` (lengths
@@ -200,3 +221,4 @@ def _broadcast(m, full: tuple[int, ...]):
 
 DPA = JaxDPA("jax-dpa")
 DPA_JIT = JitJaxDPA("jax-dpa-jit")
+DPA_CUDNN = CudnnJaxDPA("jax-dpa-cudnn")

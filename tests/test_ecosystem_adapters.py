@@ -72,6 +72,12 @@ def test_cuda_kernels_say_why_they_do_not_run(name):
         assert devices["cuda"] == "no CUDA device visible to torch"
 
 
+def test_jax_cudnn_says_why_it_does_not_run_on_the_cpu():
+    be = load_backend("jax-dpa-cudnn")
+    assert be.devices()["cpu"] == "the cuDNN implementation runs on CUDA GPUs only"
+    assert be.implementation == "cudnn" and be.dtypes("cuda") == ("float16", "bfloat16")
+
+
 def test_flex_rejects_an_empty_key_axis_as_declared():
     """SHAPE-4: L_k = 0 raises inside flex_attention (IndexError)."""
     be = load_backend("torch-flex")
