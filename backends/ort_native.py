@@ -24,7 +24,9 @@ ONNX Runtime; arrays are NumPy arrays throughout; masks are translated with :mod
 * multi-head attention: the spec's projections in NumPy (batched, MHA-2) around the node
   (:meth:`~.adapters.NativeAdapter.mha_over_attention`); with
   ``num_kv_heads`` g, ``K`` and ``V`` have g heads and the op maps query head i to key/value head
-  ``i // (h / g)`` (MHA-6).
+  ``i // (h / g)`` (MHA-6);
+* soft-capping (spec 1.2, SOFTCAP-1): the ``softcap`` attribute, which the op applies after the
+  scale and before the mask and bias, as the spec does (float32: agrees with the oracle).
 
 Observed with onnxruntime 1.32.0 (opset 24, CPU); see ``docs/ort.md`` for reproductions:
 
@@ -34,7 +36,9 @@ Observed with onnxruntime 1.32.0 (opset 24, CPU); see ``docs/ort.md`` for reprod
   the float64 oracle to 2e-16. float64 is not claimed (declared against NUM-1);
 * a NaN or inf key behind a boolean mask leaks into every row (MASK-13);
 * ``B = 0``, ``L_q = 0`` or ``L_k = 0`` is rejected by the kernel's parameter checks (SHAPE-4);
-* a fully masked row gives output 0 and weights 0, as MASK-9 asks.
+* a fully masked row gives output 0 and weights 0, as MASK-9 asks;
+* float16 with a soft-cap above 65504 gives NaN: the kernel rounds c to float16, where it is inf
+  (declared against SOFTCAP-1 for float16 only).
 """
 
 from __future__ import annotations
@@ -107,11 +111,12 @@ class SessionCache:
         return session
 
 
-class NodeSpec(collections.namedtuple("NodeSpec", "q k v mask dtype is_causal scale")):
+class NodeSpec(collections.namedtuple("NodeSpec", "q k v mask dtype is_causal scale softcap",
+                                      defaults=(None,))):
     """What one Attention model depends on: the shapes of Q (B, h, L_q, d_k), K (B, g, L_k, d_k),
     V (B, g, L_k, d_v) and ``attn_mask`` (B, h, L_q, L_k) or None, the mask's dtype name ("bool" or
-    the inputs' dtype) or None, the inputs' dtype name, ``is_causal`` and the ``scale`` attribute
-    (None: the op's default)."""
+    the inputs' dtype) or None, the inputs' dtype name, ``is_causal``, the ``scale`` attribute
+    (None: the op's default) and the ``softcap`` attribute (None: none, SOFTCAP-1)."""
 
 
 def attention_model(spec: NodeSpec):
@@ -134,6 +139,8 @@ def attention_model(spec: NodeSpec):
     attrs = {"is_causal": int(spec.is_causal), "qk_matmul_output_mode": WEIGHTS_MODE}
     if spec.scale is not None:
         attrs["scale"] = float(spec.scale)
+    if spec.softcap is not None:
+        attrs["softcap"] = float(spec.softcap)
     node = helper.make_node("Attention", names, ["Y", "", "", "W"], **attrs)
     graph = helper.make_graph([node], "attention", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
@@ -157,7 +164,7 @@ class OrtAttention(NumpyAdapter):
     framework = "onnxruntime"
     native_op = f"ONNX Attention (opset {OPSET}) on onnxruntime CPUExecutionProvider"
     capabilities = frozenset({"sdpa", "mha", "weights", "masks", "bias", "scale", "legacy_mask",
-                              "causal", "cross", "errors", "gqa"})
+                              "causal", "cross", "errors", "gqa", "softcap"})
     deviations = {
         "NUM-1": "float64 is not supported: the float64 kernel takes sqrt(scale) in float32 and "
                  "multiplies Q and K by it (logit errors ~3e-8 relative for the default "
@@ -179,6 +186,13 @@ class OrtAttention(NumpyAdapter):
     def framework_version(self) -> str:
         return _ort().__version__
 
+    def deviations_on(self, device: str, dtype: str) -> dict[str, str]:
+        if dtype != "float16":
+            return self.deviations
+        return {**self.deviations, "SOFTCAP-1": (
+            "in float16 a soft-cap c above float16's largest value (65504) gives NaN: the "
+            "kernel rounds c to the inputs' dtype, so c = inf and c * tanh(S / c) = inf * 0")}
+
     def dtypes(self, device: str) -> tuple[str, ...]:
         return ("float32", "float16")  # float64: scale taken in float32 (see deviations)
 
@@ -197,7 +211,8 @@ class OrtAttention(NumpyAdapter):
             feeds["attn_mask"] = attn_mask
             mask_sig = (attn_mask.shape, attn_mask.dtype.name)
         feeds = {n: np.ascontiguousarray(x) for n, x in feeds.items()}
-        spec = NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, is_causal, scale)
+        spec = NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, is_causal, scale,
+                        None if m.softcap is None else float(m.softcap))
         session = self.sessions.get(spec, lambda: cpu_session(attention_model(spec)))
         out, weights = session.run(["Y", "W"], feeds)
         return out, weights

@@ -8,7 +8,7 @@ drawn so that capping after the masks (a masked -inf becoming -c) leaks weight a
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 
 from mhaspec.conformance import harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
@@ -20,6 +20,8 @@ pytestmark = pytest.mark.requires("softcap")
 @given(spec=feature_specs(require=("softcap",), allow=("window", "alibi", "lse"), masks=True,
                           bias=True, key_padding=True, causal=True, custom_scale=True,
                           logit_scales=(1.0, 10.0, 100.0)))
+# always run: a cap beyond float16's range (65504), which must not overflow in float16
+@example(spec=CaseSpec(softcap=1e6, seed=62))
 def test_softcap_after_the_scale_and_before_bias_and_masks(impl, op, spec):
     case = impl.case(spec, op)
     harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SOFTCAP-1")
@@ -28,6 +30,7 @@ def test_softcap_after_the_scale_and_before_bias_and_masks(impl, op, spec):
 @pytest.mark.clause("SOFTCAP-1")
 @pytest.mark.requires("masks")
 @given(spec=feature_specs(require=("softcap",), masks=True, fully_masked=True))
+@example(spec=CaseSpec(mask_shape=(2, 1, 3, 3), fully_masked_rows=True, softcap=1e6, seed=63))
 def test_masked_keys_get_no_weight_under_a_softcap(impl, op, spec):
     """Fully masked rows stay 0 and masked keys get weight 0 (capping after masking gives them
     e^-c / sum)."""

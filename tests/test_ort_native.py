@@ -142,10 +142,11 @@ def test_causal_alignment_translation_is_needed(backend):
         < FLOAT32_TOL
 
 
-def _run_node(ort_native, q, k, v, attn_mask=None, scale=None):
+def _run_node(ort_native, q, k, v, attn_mask=None, scale=None, softcap=None):
     """One Attention node run on its own: output Y."""
     mask_sig = None if attn_mask is None else (attn_mask.shape, attn_mask.dtype.name)
-    spec = ort_native.NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, False, scale)
+    spec = ort_native.NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, False, scale,
+                               softcap)
     feeds = {"Q": q, "K": k, "V": v}
     if attn_mask is not None:
         feeds["attn_mask"] = attn_mask
@@ -181,6 +182,18 @@ def test_nan_key_behind_a_boolean_mask_leaks(ort_native):
     mask = np.ones((B, H, L_Q, L_K), dtype=bool)
     mask[..., 2] = False
     assert np.isnan(_run_node(ort_native, q, k, v, mask)).all()
+
+
+@pytest.mark.parametrize("softcap, finite", [(1e6, False), (7e4, False), (6e4, True), (2.0, True)])
+def test_float16_softcap_beyond_its_range_is_nan(ort_native, softcap, finite):
+    """SOFTCAP-1 (declared for float16): the kernel rounds c to float16, so c > 65504 is inf and
+    the output NaN; float32 follows the oracle with the same cap."""
+    q, k, v = _qkv()
+    want = oracle.attention_result(q, k, v, softcap=softcap).output
+    half = _run_node(ort_native, *(x.astype(np.float16) for x in (q, k, v)), softcap=softcap)
+    assert np.isfinite(half).all() == finite
+    single = _run_node(ort_native, *(x.astype(np.float32) for x in (q, k, v)), softcap=softcap)
+    assert np.abs(single - want).max() < FLOAT32_TOL
 
 
 @pytest.mark.parametrize("which", ["B", "L_q", "L_k"])
