@@ -26,7 +26,10 @@ ONNX Runtime; arrays are NumPy arrays throughout; masks are translated with :mod
   ``num_kv_heads`` g, ``K`` and ``V`` have g heads and the op maps query head i to key/value head
   ``i // (h / g)`` (MHA-6);
 * soft-capping (spec 1.2, SOFTCAP-1): the ``softcap`` attribute, which the op applies after the
-  scale and before the mask and bias, as the spec does (float32: agrees with the oracle).
+  scale and before the mask and bias, as the spec does (float32: agrees with the oracle);
+* packed sequences (spec 1.2, SEG): per-batch key lengths alone, without a causal mask, are the
+  node's ``nonpad_kv_seqlen`` input; segment ids, query lengths and causal masks with lengths
+  reach the node folded into its boolean ``attn_mask``.
 
 Observed with onnxruntime 1.32.0 (opset 24, CPU); see ``docs/ort.md`` for reproductions:
 
@@ -98,6 +101,10 @@ class SessionCache:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def keys(self) -> list:
+        """The cached models' keys (:class:`NodeSpec`), least recently used first."""
+        return list(self._sessions)
+
     def get(self, key, build):
         """The session for ``key``, made by ``build()`` when it is not held."""
         if key in self._sessions:
@@ -111,12 +118,14 @@ class SessionCache:
         return session
 
 
-class NodeSpec(collections.namedtuple("NodeSpec", "q k v mask dtype is_causal scale softcap",
-                                      defaults=(None,))):
+class NodeSpec(collections.namedtuple("NodeSpec",
+                                      "q k v mask dtype is_causal scale softcap lengths",
+                                      defaults=(None, False))):
     """What one Attention model depends on: the shapes of Q (B, h, L_q, d_k), K (B, g, L_k, d_k),
     V (B, g, L_k, d_v) and ``attn_mask`` (B, h, L_q, L_k) or None, the mask's dtype name ("bool" or
     the inputs' dtype) or None, the inputs' dtype name, ``is_causal``, the ``scale`` attribute
-    (None: the op's default) and the ``softcap`` attribute (None: none, SOFTCAP-1)."""
+    (None: the op's default), the ``softcap`` attribute (None: none, SOFTCAP-1) and whether the
+    node takes ``nonpad_kv_seqlen`` (per-batch key lengths, SEG-2)."""
 
 
 def attention_model(spec: NodeSpec):
@@ -129,11 +138,17 @@ def attention_model(spec: NodeSpec):
     len_k, d_v = spec.k[2], spec.v[3]
     inputs = [helper.make_tensor_value_info(n, elem, s)
               for n, s in (("Q", spec.q), ("K", spec.k), ("V", spec.v))]
-    names = ["Q", "K", "V"]
+    names = ["Q", "K", "V", ""]
     if spec.mask is not None:
         inputs.append(helper.make_tensor_value_info("attn_mask", mapping(np.dtype(spec.mask[1])),
                                                     spec.mask[0]))
-        names.append("attn_mask")
+        names[3] = "attn_mask"
+    if spec.lengths:
+        inputs.append(helper.make_tensor_value_info("nonpad_kv_seqlen", onnx.TensorProto.INT64,
+                                                    (b,)))
+        names += ["", "", "nonpad_kv_seqlen"]
+    while names[-1] == "":
+        names.pop()
     outputs = [helper.make_tensor_value_info("Y", elem, (b, h, len_q, d_v)),
                helper.make_tensor_value_info("W", elem, (b, h, len_q, len_k))]
     attrs = {"is_causal": int(spec.is_causal), "qk_matmul_output_mode": WEIGHTS_MODE}
@@ -164,7 +179,7 @@ class OrtAttention(NumpyAdapter):
     framework = "onnxruntime"
     native_op = f"ONNX Attention (opset {OPSET}) on onnxruntime CPUExecutionProvider"
     capabilities = frozenset({"sdpa", "mha", "weights", "masks", "bias", "scale", "legacy_mask",
-                              "causal", "cross", "errors", "gqa", "softcap"})
+                              "causal", "cross", "errors", "gqa", "softcap", "segments"})
     deviations = {
         "NUM-1": "float64 is not supported: the float64 kernel takes sqrt(scale) in float32 and "
                  "multiplies Q and K by it (logit errors ~3e-8 relative for the default "
@@ -196,9 +211,21 @@ class OrtAttention(NumpyAdapter):
     def dtypes(self, device: str) -> tuple[str, ...]:
         return ("float32", "float16")  # float64: scale taken in float32 (see deviations)
 
-    def attention(self, q, k, v, m: MaskArgs):
-        """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), g dividing h
-        -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k))."""
+    def attention_features(self, q, k, v, m: MaskArgs, features):
+        """Per-batch key lengths (SEG-2) as the node's ``nonpad_kv_seqlen`` when they are the
+        call's only feature, exact (:func:`.masks.native_lengths`) and without a causal mask (the
+        node's causal diagonal then follows each item's valid length); otherwise NotImplemented:
+        segments and lengths reach the node folded into ``attn_mask``."""
+        lengths = masks.native_lengths(features.positions)
+        plain = (features.window is None and features.softcap is None and features.slopes is None
+                 and not features.lse and not features.cached and m.causal is None)
+        if not plain or lengths is None or lengths[0] is not None or lengths[1] is None:
+            return NotImplemented
+        return self.attention(q, k, v, m, kv_lengths=lengths[1].astype(np.int64))
+
+    def attention(self, q, k, v, m: MaskArgs, kv_lengths=None):
+        """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), g dividing h, optional
+        int64 ``kv_lengths`` (B,) -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k))."""
         b, h, len_q, d_k = self._shape(q)
         len_k = self._shape(k)[2]
         is_causal = self.native_causal(m.causal, len_q, len_k)
@@ -210,9 +237,11 @@ class OrtAttention(NumpyAdapter):
             attn_mask = np.ascontiguousarray(np.broadcast_to(attn_mask, (b, h, len_q, len_k)))
             feeds["attn_mask"] = attn_mask
             mask_sig = (attn_mask.shape, attn_mask.dtype.name)
+        if kv_lengths is not None:
+            feeds["nonpad_kv_seqlen"] = kv_lengths
         feeds = {n: np.ascontiguousarray(x) for n, x in feeds.items()}
         spec = NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, is_causal, scale,
-                        None if m.softcap is None else float(m.softcap))
+                        None if m.softcap is None else float(m.softcap), kv_lengths is not None)
         session = self.sessions.get(spec, lambda: cpu_session(attention_model(spec)))
         out, weights = session.run(["Y", "W"], feeds)
         return out, weights

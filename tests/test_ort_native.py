@@ -233,3 +233,22 @@ def test_missing_onnxruntime_is_one_line():
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].endswith("onnxruntime not installed: pip install 'mhaspec[onnx]'")
+
+
+@pytest.mark.parametrize("kw, native", [
+    ({"key_value_seq_lengths": np.array([4, 0])}, True),
+    ({"key_value_seq_lengths": np.array([4, 6]), "causal": "top_left"}, False),
+    ({"query_seq_lengths": np.array([2, 4]), "key_value_seq_lengths": np.array([5, 1])}, False),
+    ({"q_segment_ids": np.array([[0, 0, 1, 1]] * B),
+      "kv_segment_ids": np.array([[0, 0, 0, 1, 1, 1]] * B)}, False),
+], ids=["kv-lengths", "with-causal", "both-lengths", "segments"])
+def test_key_lengths_go_to_nonpad_kv_seqlen_where_exact(backend, kw, native):
+    """SEG-2: key lengths alone become the node's nonpad_kv_seqlen; everything else is folded into
+    attn_mask. Both agree with the oracle (a row with no key: output 0, as MASK-9 asks)."""
+    backend.sessions = type(backend.sessions)(8)
+    q, k, v = (x.astype(np.float32) for x in _qkv(seed=4))
+    call = {n: x.astype(np.int64) if isinstance(x, np.ndarray) else x for n, x in kw.items()}
+    out, _ = backend.scaled_dot_product_attention(q, k, v, **call)
+    want = oracle.attention_result(*(x.astype(np.float64) for x in (q, k, v)), **kw).output
+    assert np.abs(out - want).max() < FLOAT32_TOL
+    assert [spec.lengths for spec in backend.sessions.keys()] == [native]
