@@ -289,7 +289,7 @@ def _head_slice(m, i: int):
 
 # ---------------------------------------------------------------- spec 1.2 features
 #
-# Draft clauses: spec/drafts/1.2-features.toml. Extra axis legend: g key/value heads (g divides h),
+# Clauses: spec/clauses.toml, chapters GQA to LSE. Extra axis legend: g key/value heads (g divides h),
 # L_past cached keys, L_K = L_past + L_k keys after the cache (L_K = L_k without one).
 # Unlike the 1.1 arguments, the spec 1.2 arguments are checked here: bad ones raise ValueError
 # naming the argument, because their error clauses are part of the feature's definition.
@@ -559,7 +559,7 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
                      q_segment_ids=None, kv_segment_ids=None, query_seq_lengths=None,
                      key_value_seq_lengths=None, past_key=None, past_value=None,
                      past_lengths=None) -> AttentionResult:
-    """Scaled dot-product attention with the features of spec 1.2 (draft clauses in brackets).
+    """Scaled dot-product attention with the features of spec 1.2 (clauses in brackets).
 
     q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> :class:`AttentionResult`.
     Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
@@ -671,7 +671,7 @@ def merge_by_lse(out_a, lse_a, out_b, lse_b) -> tuple[np.ndarray, np.ndarray]:
 def multi_head_attention_result(query, key, value, params: Params, *, num_heads: int,
                                 num_kv_heads: int | None = None, precision: str = "float64",
                                 **attention_kwargs) -> AttentionResult:
-    """Multi-head attention with the features of spec 1.2 (MHA-1, MHA-6, draft clauses).
+    """Multi-head attention with the features of spec 1.2 (MHA-1, MHA-6 and chapters GQA to LSE).
 
     query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> :class:`AttentionResult`
     with output (B, L_q, d_out), weights (B, h, L_q, L_K), lse (B, h, L_q) and, with a cache, the

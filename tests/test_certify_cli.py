@@ -114,6 +114,26 @@ def test_verify_accepts_the_certificate_and_its_markdown(work, certified):
         assert checked in proc.stdout, proc.stdout
 
 
+def test_the_certificate_is_of_the_current_released_spec(certified):
+    from mhaspec.spec import load
+
+    spec = load()
+    cert = json.loads(certified.read_text("utf-8"))
+    assert cert["spec"] == {"name": "mhaspec", "version": spec.version, "status": spec.status}
+    assert certificate.spec_label(cert["spec"]) == spec.version == "1.2"
+
+
+def test_verify_still_accepts_a_certificate_of_spec_1_1(work):
+    """A released version's certificate stays verifiable after the next release: its clauses are
+    checked against the frozen rendering spec/mhaspec-1.1.md."""
+    example = DOCS_PAGE.parents[1] / "examples" / "flash-numpy" / "certificate" / "flash-numpy.json"
+    assert json.loads(example.read_text("utf-8"))["spec"]["version"] == "1.1"
+    proc = mhaspec(work, "verify", str(example))
+    assert proc.returncode == 0, proc.stderr
+    assert "conforms against spec 1.1" in proc.stdout
+    assert "consistency: the 53 clauses of spec 1.1" in proc.stdout
+
+
 def test_verify_rejects_a_copy_with_one_verdict_edited(work, certified):
     cert = json.loads(certified.read_text("utf-8"))
     clause = next(c for c in cert["clauses"] if c["verdict"] == "not-implemented")

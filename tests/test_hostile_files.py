@@ -833,12 +833,25 @@ def test_every_tools_argument_errors_are_one_line(tool):
     assert len(lines) == 1 and lines[0].startswith("mhaspec: error: "), proc.stderr[-2000:]
 
 
-def test_verify_rejects_a_draft_spec_passed_off_as_released(tmp_path, capsys):
-    """A certificate against the current draft must say so: "released" (or no status) is refused."""
-    if not load_spec().is_draft:
-        pytest.skip(f"spec {load_spec().version} is released: no draft to pass off")
+def test_verify_rejects_a_draft_spec_passed_off_as_released(tmp_path, capsys, monkeypatch):
+    """A certificate against the current draft must say so: "released" (or no status) is refused.
+    The current version is made a draft for the test (it may be released in this checkout)."""
+    monkeypatch.setattr(certificate, "spec_status",
+                        lambda version: "draft" if version == load_spec().version else "released")
     body = certificate_body()
     body["spec"]["status"] = "released"
     path = tmp_path / "cert.json"
     path.write_text(json.dumps(certificate.seal(body)), "utf-8")
     assert_usage_error(run_cli(capsys, "verify", str(path)), "is draft here")
+
+
+def test_verify_refuses_a_certificate_of_a_draft_since_released(tmp_path, capsys, monkeypatch):
+    """A certificate saying "draft" for a version released here was made against clauses kept
+    nowhere: it is refused, in one line that says to re-issue it."""
+    monkeypatch.setattr(certificate, "spec_status", lambda version: "released")
+    body = certificate_body()
+    body["spec"]["status"] = "draft"
+    path = tmp_path / "cert.json"
+    path.write_text(json.dumps(certificate.seal(body)), "utf-8")
+    assert_usage_error(run_cli(capsys, "verify", str(path)), "has since been released",
+                       "re-issue")

@@ -130,6 +130,9 @@ def check_consistency(cert: dict) -> list[str]:
     known = released_clauses(version)
     if known is None:
         raise CertificateError(f"spec version {version!r} is not a version this mhaspec knows")
+    if superseded_draft(cert):
+        raise CertificateError(f"issued against the {version} draft, and {version} has since been "
+                               f"released: re-issue it with `mhaspec certify`")
     status = spec_status(version)
     if cert["spec"].get("status", "released") != status:
         raise CertificateError(f"spec {version} is {status} here, the certificate says "
@@ -248,6 +251,14 @@ def spec_status(version: str) -> str:
 
     current = load()
     return current.status if version == current.version else "released"
+
+
+def superseded_draft(cert: dict) -> bool:
+    """True for a certificate issued against a draft of a version that is now released: the draft's
+    clauses are not kept anywhere, so it can be neither checked for consistency nor compared with
+    the release's certificates; it stays a record of its run until it is re-issued."""
+    spec = cert["spec"]
+    return spec.get("status") == "draft" and spec_status(spec["version"]) == "released"
 
 
 def spec_label(spec: dict) -> str:

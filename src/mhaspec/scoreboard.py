@@ -79,16 +79,31 @@ def chapter_cells(cert: dict, chapters: list[str], chapter_of: dict[str, str]) -
     return cells
 
 
-def read_rows(directory: pathlib.Path) -> tuple[list[Row], list[str], str]:
-    """The verified certificates of ``directory`` as rows, the chapter ids, the spec label."""
+class Superseded(NamedTuple):
+    """A certificate issued against a draft that has since been released (not in the grid)."""
+
+    name: str
+    label: str
+    issued: str
+    markdown: str
+
+
+def read_rows(directory: pathlib.Path) -> tuple[list[Row], list[str], str, list[Superseded]]:
+    """The verified certificates of ``directory`` as rows, the chapter ids, the spec label, and the
+    certificates of a draft since released (digest verified; their clauses cannot be checked)."""
     spec = load_spec()
     chapters = [ch.id for ch in spec.chapters
                 if any(c.chapter == ch.id and c.testable for c in spec.clauses)]
     chapter_of = {c.id: c.chapter for c in spec.clauses}
-    rows, labels = [], set()
+    rows, labels, superseded = [], set(), []
     for path in sorted(directory.glob("*.json")):
         try:
             cert = certificate.verify(certificate.loads(path.read_bytes()))
+            if certificate.superseded_draft(cert):
+                superseded.append(Superseded(cert["backend"]["name"],
+                                             certificate.spec_label(cert["spec"]), cert["issued"],
+                                             path.with_suffix(".md").name))
+                continue
             certificate.check_consistency(cert)
         except certificate.CertificateError as exc:
             raise usage.UsageError(f"{path}: not a valid certificate: {usage.one_line(exc)}") \
@@ -98,12 +113,13 @@ def read_rows(directory: pathlib.Path) -> tuple[list[Row], list[str], str]:
         rows.append(Row(b["name"], f"{b['framework']} {b['framework_version']}",
                         cert["summary"]["verdict"], path.with_suffix(".md").name,
                         chapter_cells(cert, chapters, chapter_of)))
-    return rows, chapters, ", ".join(sorted(labels))
+    return rows, chapters, ", ".join(sorted(labels)), superseded
 
 
 def markdown(rows: list[Row], chapters: list[str], spec_label: str, link_dir: str,
-             image: str) -> str:
-    """The scoreboard section: legend, grid (cells linked to the certificates), image."""
+             image: str, superseded: list[Superseded] = ()) -> str:
+    """The scoreboard section: legend, grid (cells linked to the certificates), image, and the
+    certificates of a draft since released, listed to be re-issued."""
     legend = "; ".join(f"{sym} {word}" for key, (sym, word, _) in STYLE.items()
                        if key != "stale-deviation")
     lines = [f"Certified against mhaspec {spec_label}, `ci` profile, CPU. {legend}. A cell is the "
@@ -121,6 +137,12 @@ def markdown(rows: list[Row], chapters: list[str], spec_label: str, link_dir: st
             cells.append(f'[{STYLE[verdict][0]}]({target} "{title}")')
         lines.append(f"| [`{row.name}`]({target}) | {row.library} | {row.verdict} | "
                      + " | ".join(cells) + " |")
+    if superseded:
+        lines += ["", "Not in the grid: certificates issued against a draft that has since been "
+                      "released, kept as the record of their runs until they are re-issued "
+                      "(`mhaspec certify NAME --profile ci`): "
+                  + "; ".join(f"[`{s.name}`]({link_dir}/{s.markdown}) ({s.label}, issued "
+                              f"{s.issued[:10]})" for s in superseded) + "."]
     lines += ["", f"![The scoreboard as an image: one row per implementation, one column per "
                   f"chapter]({image})", "",
               "Regenerate with `mhaspec scoreboard` (from the certificates) or `mhaspec scoreboard "
@@ -197,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         subprocess.run([sys.executable, "-m", "mhaspec.cli", "certify", name, "--profile", "ci",
                         "--output-dir", str(args.certificates)], check=False)
-    rows, chapters, label = read_rows(args.certificates)
+    rows, chapters, label, superseded = read_rows(args.certificates)
     if not rows:
         raise usage.UsageError(f"no certificates in {args.certificates}")
     image = pathlib.Path(args.image)
@@ -205,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     page_dir = args.page.resolve().parent
     section = markdown(rows, chapters, label,
                        _relative(args.certificates.resolve(), page_dir),
-                       _relative(image.resolve(), page_dir))
+                       _relative(image.resolve(), page_dir), superseded)
     args.page.write_text(splice(args.page.read_text(encoding="utf-8"), section), encoding="utf-8")
     print(f"wrote {args.page} and {image}: {len(rows)} implementations")
     return 0
