@@ -318,7 +318,7 @@ def _grouped_head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int
 # ---------------------------------------------------------------- spec 1.2 features
 #
 # Extra axis legend: g key/value heads, L_past cached keys, L_K = L_past + L_k (L_k without a
-# cache). Draft clauses: spec/drafts/1.2-features.toml.
+# cache). Clauses: spec/clauses.toml, chapters GQA to LSE.
 
 #: The spec 1.2 keyword arguments of both attention operations and their defaults.
 FEATURE_DEFAULTS = {"softcap": None, "window": None, "alignment": None, "alibi_slopes": None,

@@ -162,6 +162,8 @@ def fit_features(spec, capabilities: frozenset, op: str):
         drop.update(past_len=None, past_valid=False)
         drop.update({f: _without_past(getattr(spec, f), spec.len_k)
                      for f in ("mask_shape", "bias_shape", "legacy_shape")})
+        if spec.causal is None and spec.alignment is None:
+            drop["alignment"] = "bottom_right"  # the cache's diagonal (CACHE-2), now named (WIN-2)
     spec = spec._replace(**drop)
     if spec.window is None and spec.alibi is None:
         spec = spec._replace(alignment=None)
