@@ -142,7 +142,7 @@ def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
     empty = ~_allowed(case).any(axis=-1)  # (B, h, L_q)
     rows_out = got.out[empty] if op == "sdpa" else got.out[empty.all(axis=1)]
     if op == "mha":  # a row masked in every head gives b_o: Concat(0, ..., 0) W_o + b_o
-        b_o = case.params.b_o if case.params.b_o is not None else np.zeros(spec.d_out)
+        b_o = case.params.b_o if case.params.b_o is not None else np.zeros(case.spec.d_out)
         rows_out = rows_out - impl.backend.to_numpy(impl.arr(b_o))
     assert np.all(rows_out == 0), (f"[MASK-9] {impl.id}: fully masked rows must give output 0, "
                                    f"got {rows_out[~(rows_out == 0)][:4]} ...")
