@@ -49,7 +49,7 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import clause_capabilities, harness, strategies, tolerance, verdicts
+from . import clause_capabilities, harness, scheduling, strategies, tolerance, verdicts
 
 NOT_IMPLEMENTED = "not implemented"
 OPS = harness.OPS
@@ -353,10 +353,20 @@ def _not_run_record(item: pytest.Item, why: str) -> dict | None:
     return _record(item, why)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config):
+    """With pytest-xdist workers and no ``--dist``, distribute by work stealing over the items
+    ordered cell by cell (:mod:`scheduling`)."""
+    scheduling.default_dist(config.option)
+    return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
-    """Every testable clause must be named by a test when the whole suite is collected; when only
-    part of it is, the clauses no collected test names are recorded as not run."""
+    """Order the items cell by cell (:func:`scheduling.by_cell`). Every testable clause must be
+    named by a test when the whole suite is collected; when only part of it is, the clauses no
+    collected test names are recorded as not run."""
+    items[:] = scheduling.by_cell(items, [b.name for b in config.stash.get(BACKENDS_KEY, [])])
     if not any(_record(item) for item in items):
         return
     _check_clause_tags(items)
