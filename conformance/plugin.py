@@ -10,6 +10,8 @@
 * ``--mhaspec-shrink-all`` shrinks every failure; by default only the first failure of each
   backend x device x dtype cell (per worker) is shrunk, later ones run without Hypothesis's shrink
   phase (one cause often fails many clauses).
+* The items run cell by cell; with pytest-xdist workers (``-n``) and no ``--dist``, distributed by
+  work stealing, so each cell's compilations happen in one worker (:mod:`.scheduling`).
 
 A failed result carries a readable ``message`` (:func:`readable_failure`), the exception
 (``crash``), the value check's finding (``failure``: error and magnitude, from the harness), the
