@@ -6,7 +6,9 @@ PyPI is a multi-GB CUDA build. ``MHASPEC_TORCH`` and ``MHASPEC_JAX`` are pip arg
 a shell), e.g. a CUDA build for the GPU cells: ``MHASPEC_JAX="jax[cuda13]"``.
 
 The conformance sessions run one pytest-xdist worker per core (``-n auto``) unless the arguments
-choose (``-- -n 2``, ``-- -n 0`` for one process), and each worker then computes on one thread.
+choose (``-- -n 2``, ``-- -n 0`` for one process), and each worker then computes on one thread. The
+suite's plugin orders the tests cell by cell and distributes them by work stealing unless
+``--dist`` is given (``mhaspec.conformance.scheduling``).
 """
 
 from __future__ import annotations

@@ -298,7 +298,12 @@ def oracle_result(case: Case, op: str, precision: str = "float64", **overrides) 
     return _run_oracle(case, op, precision, **overrides)
 
 
-@functools.lru_cache(maxsize=256)
+#: oracle results kept: every case of a ci run, so that the next cell finds the results of the
+#: same cases (the run goes cell by cell, :mod:`.scheduling`); a few kB each, shapes up to 8
+ORACLE_CACHE_SIZE = 8192
+
+
+@functools.lru_cache(maxsize=ORACLE_CACHE_SIZE)
 def _cached_oracle(spec: CaseSpec, op: str, precision: str) -> Result:
     return _run_oracle(build_case(spec), op, precision)
 

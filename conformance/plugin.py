@@ -10,6 +10,8 @@
 * ``--mhaspec-shrink-all`` shrinks every failure; by default only the first failure of each
   backend x device x dtype cell (per worker) is shrunk, later ones run without Hypothesis's shrink
   phase (one cause often fails many clauses).
+* The items run cell by cell; with pytest-xdist workers (``-n``) and no ``--dist``, distributed by
+  work stealing, so each cell's compilations happen in one worker (:mod:`.scheduling`).
 
 A failed result carries a readable ``message`` (:func:`readable_failure`), the exception
 (``crash``), the value check's finding (``failure``: error and magnitude, from the harness), the
@@ -49,7 +51,7 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import clause_capabilities, harness, strategies, tolerance, verdicts
+from . import clause_capabilities, harness, scheduling, strategies, tolerance, verdicts
 
 NOT_IMPLEMENTED = "not implemented"
 OPS = harness.OPS
@@ -348,10 +350,20 @@ def _not_run_record(item: pytest.Item, why: str) -> dict | None:
     return _record(item, why)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config):
+    """With pytest-xdist workers and no ``--dist``, distribute by work stealing over the items
+    ordered cell by cell (:mod:`scheduling`)."""
+    scheduling.default_dist(config.option)
+    return (yield)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
-    """Every testable clause must be named by a test when the whole suite is collected; when only
-    part of it is, the clauses no collected test names are recorded as not run."""
+    """Order the items cell by cell (:func:`scheduling.by_cell`). Every testable clause must be
+    named by a test when the whole suite is collected; when only part of it is, the clauses no
+    collected test names are recorded as not run."""
+    items[:] = scheduling.by_cell(items, [b.name for b in config.stash.get(BACKENDS_KEY, [])])
     if not any(_record(item) for item in items):
         return
     _check_clause_tags(items)

@@ -141,7 +141,7 @@ class Case(NamedTuple):
         return {**self.mask_kwargs(), **features.feature_kwargs(self.spec, self.features)}
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)  # every case of a ci run: the oracle's cache is keyed on them
 def build_case(spec: CaseSpec) -> Case:
     """Deterministic float64 arrays for ``spec`` (the same spec always gives the same arrays).
 

@@ -1,0 +1,64 @@
+"""The order of a run's test items and how pytest-xdist shares them out: one cell at a time.
+
+A cell is one backend on one device in one dtype (:class:`~mhaspec.conformance.harness.Impl`).
+pytest collects test by test, each test over every cell; :func:`by_cell` reorders the items
+cell by cell (backends in the run's order, each backend's cells together, tests in collection
+order within a cell). With pytest-xdist's ``worksteal`` distribution, which :func:`default_dist`
+makes the default when workers are asked for without ``--dist``, each worker starts on one
+contiguous half of that order and an idle worker takes the second half of another's remaining
+items, so a cell's tests run in one process, in the order they would alone.
+
+Why: eager JAX compiles each operation once per shape and dtype in each process (about 2,000
+compilations per JAX cell, two thirds of its time on the 2-core CI machine), and a compiled
+backend (``jax.jit``, ``tf.function``) traces once per shape per process. Spread test by test over
+the workers (xdist's ``load``), every worker compiled every shape of every cell; cell by cell, one
+does. What runs and how each test is judged do not change: only which process runs an item, and
+when. The float64 oracle's results are cached by case (:func:`harness.oracle_result`), which is
+what serves the same case in the next cell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the pytest-xdist distribution used when workers are asked for (``-n``) without ``--dist``
+DEFAULT_DIST = "worksteal"
+
+
+def cell_of(item) -> tuple[str, str, str] | None:
+    """(backend, device, dtype) of a conformance test item; None for other items."""
+    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    if impl is None or not hasattr(impl, "backend"):
+        return None
+    return impl.backend.name, impl.device, impl.dtype
+
+
+def by_cell(items: list, backend_names: list[str]) -> list:
+    """``items`` cell by cell: backends in the order of ``backend_names``, each backend's cells in
+    the order they are first collected, items without a cell first; the collection order within
+    each cell. A deterministic reordering (every xdist worker must collect the same order)."""
+    rank = {name: i for i, name in enumerate(backend_names)}
+    first_seen: dict[Any, int] = {}
+    for item in items:
+        cell = cell_of(item)
+        if cell is not None:
+            first_seen.setdefault(cell, len(first_seen))
+
+    def key(indexed):
+        index, item = indexed
+        cell = cell_of(item)
+        if cell is None:
+            return (-1, 0, index)
+        return (rank.get(cell[0], len(rank)), first_seen[cell], index)
+
+    return [item for _, item in sorted(enumerate(items), key=key)]
+
+
+def default_dist(option) -> None:
+    """Choose :data:`DEFAULT_DIST` on ``option`` (pytest's parsed options) when pytest-xdist
+    workers are asked for (``-n N``, ``-n auto``) and neither ``--dist`` nor ``-d`` is given;
+    otherwise leave it.
+    Called before pytest-xdist turns an unset ``--dist`` into ``load``."""
+    workers = getattr(option, "numprocesses", None)
+    if workers and getattr(option, "dist", None) == "no" and not getattr(option, "distload", False):
+        option.dist = DEFAULT_DIST
