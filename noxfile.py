@@ -100,7 +100,7 @@ def tests(session: nox.Session) -> None:
     citation validator installed (native-op adapters, JAX compile budget, oracle vs mpmath, spec
     data, CITATION.cff, broken backends rejected); GPU tests skip without a GPU, the browser check
     without Chromium (the ``docs_browser`` session requires it)."""
-    install(session, *FRAMEWORKS, *ECOSYSTEM, groups=("test", "docs"))
+    install(session, *FRAMEWORKS, *ECOSYSTEM, groups=("test", "docs", "bench"))
     session.run("pytest", *session.posargs)
 
 

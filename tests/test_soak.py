@@ -26,14 +26,15 @@ def run_soak(tmp_path: pathlib.Path, *args: str) -> tuple[subprocess.CompletedPr
 
 def test_soak_runs_rounds_until_every_cell_reaches_the_target(tmp_path):
     proc, summary = run_soak(tmp_path, "--backend", "numpy-batched", "--backend", "numpy-perhead",
-                             "--seconds", "600", "--examples", "150", "--per-test", "2",
+                             "--seconds", "600", "--examples", "400", "--per-test", "2",
                              "--jobs", "2", "--seed", "1")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cells = summary["by_backend_dtype"]
     assert set(cells) == {"numpy-batched/float64", "numpy-perhead/float64"}
-    assert all(c["examples"] >= 150 and c["failures"] == 0 for c in cells.values())
+    assert all(c["examples"] >= 400 and c["failures"] == 0 for c in cells.values())
     assert all(c["calls"] >= c["examples"] // 2 for c in cells.values())
-    # 2 examples per test make well under 150 examples per round, so each backend needed several
+    # 2 examples per test make about 190 examples per round in float64 (spec 1.2's chapters
+    # included), under the 400 asked for, so each backend needed several rounds
     rounds = summary["rounds"]
     assert {r["backend"] for r in rounds} == {"numpy-batched", "numpy-perhead"}
     assert len(rounds) >= 4 and len({r["seed"] for r in rounds}) == len(rounds)
