@@ -621,7 +621,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                 counts[entry["outcome"]] += 1
         # a confirmed deviation's ratio (often inf: NaN where the oracle is finite) is its own story
         worst = max(((e["ratio"], c) for (bb, c), e in table.items()
-                     if bb == b and e["outcome"] != "deviation"), default=(0, ""))
+                     if bb == b and e["outcome"] in ("pass", "fail")), default=None)
         combos = sorted({(r["device"], r["dtype"]) for r in results
                          if r["backend"] == b and r["outcome"] != "unavailable"})
         verdict = report[b]["verdict"]
@@ -629,8 +629,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
                        for c in report[b]["clauses"] if c["not_run_on"]})
         line = (f"{b}: {verdict.upper()} - "
                 + ", ".join(f"{counts[k]} {k}" for k in verdicts.SEVERITY if counts[k])
-                + f"; worst NUM-3 ratio {worst[0]:.2f} ({worst[1]}, K={tolerance.K:g}); ran on "
-                + ", ".join(f"{d}/{t}" for d, t in combos)
+                + ("; no NUM-3 ratio measured" if worst is None else
+                   f"; worst NUM-3 ratio {worst[0]:.2f} ({worst[1]}, K={tolerance.K:g})")
+                + "; ran on " + (", ".join(f"{d}/{t}" for d, t in combos) or "nothing")
                 + f"; {collector.seconds.get(b, 0.0):.1f} s in its tests")
         if gaps:
             line += f"; not run: {len(gaps)} clauses, e.g. " + "; ".join(gaps[:3])
