@@ -86,7 +86,8 @@ class FlexAttention(TorchAdapter):
             additive = alibi if additive is None else additive + alibi
         kwargs = {}
         if allowed is not None or masks.causal is not None:
-            kwargs["block_mask"] = create_block_mask(self._mask_mod(allowed, masks.causal, full),
+            kwargs["block_mask"] = create_block_mask(self._mask_mod(allowed, masks.causal, full,
+                                                                    q.device),
                                                      b, h, len_q, len_k, device=q.device.type)
         score_mod = self._score_mod(additive, getattr(masks, "softcap", None), full)
         if score_mod is not None:
@@ -110,7 +111,7 @@ class FlexAttention(TorchAdapter):
         index; None when there is neither."""
         if additive is None and softcap is None:
             return None
-        table = None if additive is None else additive.expand(*full)
+        table = None if additive is None else additive.expand(*full).contiguous()
 
         def score_mod(score, bi, hi, qi, ki):
             if softcap is not None:
@@ -120,11 +121,16 @@ class FlexAttention(TorchAdapter):
         return score_mod
 
     @staticmethod
-    def _mask_mod(allowed, causal, full):
+    def _mask_mod(allowed, causal, full, device):
         """``mask_mod(b, h, q_idx, kv_idx)``: ``allowed`` (rank 4 or None) at the index AND the
         causal condition ``kv_idx <= q_idx + offset`` (offset 0 top-left, L_k - L_q bottom-right)."""
-        offset = 0 if causal != "bottom_right" else full[3] - full[2]
-        table = None if allowed is None else allowed.expand(*full)
+        import torch
+
+        # Captured values are what TorchDynamo (which flex_attention runs itself through) guards
+        # on: the offset as a tensor and the table laid out contiguously, not an int and a view
+        # with broadcast strides, recompile less (212 -> 141 in one float32 cell of the ci profile)
+        offset = torch.tensor(0 if causal != "bottom_right" else full[3] - full[2], device=device)
+        table = None if allowed is None else allowed.expand(*full).contiguous()
 
         def mask_mod(bi, hi, qi, ki):
             if causal is None:

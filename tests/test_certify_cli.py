@@ -207,3 +207,24 @@ def test_every_case_a_failing_run_saves_is_replayed_on_a_correct_backend(tmp_pat
         assert replay(path, backend="numpy-batched", max_bytes=failure_file.DEFAULT_MAX_BYTES) == 0, (
             path, capsys.readouterr().out[-2000:])
     assert {"SDPA-1", "MHA-6"} <= clauses, clauses
+
+
+class _CellScopedDeviations:
+    """A backend that declares one deviation everywhere and another on cpu/float16 only."""
+
+    deviations = {"SHAPE-4": "empty inputs are rejected"}
+
+    def deviations_on(self, device, dtype):
+        if dtype != "float16":
+            return self.deviations
+        return {**self.deviations, "SOFTCAP-1": "a cap above 65504 gives NaN"}
+
+
+def test_the_certificate_names_deviations_declared_for_some_cells_with_their_cells():
+    from mhaspec.certify import declared_deviations
+
+    got = declared_deviations(_CellScopedDeviations(), {"cpu": ["float32", "float16"]})
+    assert got == {"SHAPE-4": "empty inputs are rejected",
+                   "SOFTCAP-1": "on cpu/float16: a cap above 65504 gives NaN"}
+    assert declared_deviations(_CellScopedDeviations(), {"cpu": ["float32"]}) == {
+        "SHAPE-4": "empty inputs are rejected"}

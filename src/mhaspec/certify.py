@@ -87,6 +87,25 @@ def operation_capabilities(backend) -> dict:
     return {"capabilities_by_operation": {op: sorted(op_capabilities(backend, op)) for op in OPS}}
 
 
+def declared_deviations(backend, claimed: dict[str, list[str]]) -> dict[str, str]:
+    """Key -> reason of every deviation ``backend`` declares for the ``claimed`` cells (device ->
+    dtypes): its ``deviations``, and those it declares for some cells only (``deviations_on``),
+    each reason then led by the cells it holds on (``"on cpu/float16: ..."``)."""
+    from mhaspec.conformance.harness import cell_deviations
+
+    out = dict(backend.deviations)
+    scoped: dict[tuple[str, str], list[str]] = {}
+    for device, dtypes in claimed.items():
+        for dtype in dtypes:
+            for key, reason in cell_deviations(backend, device, dtype).items():
+                if out.get(key) != reason:
+                    scoped.setdefault((key, reason), []).append(f"{device}/{dtype}")
+    for (key, reason), cells in scoped.items():
+        note = f"on {', '.join(cells)}: {reason}"
+        out[key] = f"{out[key]}; {note}" if key in out else note
+    return dict(sorted(out.items()))
+
+
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
             call_timeout: float | None = None) -> int:
@@ -124,7 +143,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
                     "framework_version": str(backend.framework_version()),
                     "protocol_version": int(getattr(backend, "protocol_version", 1)),
                     "capabilities": sorted(backend.capabilities),
-                    "deviations": dict(sorted(backend.deviations.items())),
+                    "deviations": declared_deviations(backend, claimed),
                     **operation_capabilities(backend)},
         "environment": {
             "python": platform.python_version(), "platform": platform.platform(),
