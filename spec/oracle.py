@@ -553,43 +553,34 @@ def _capped_head(q, k, v, allowed, additive, scale, softcap, ar: _Arith):
     return ar.matmul(weights, v), weights, logits, _row_logsumexp(logits, allowed, ar)
 
 
-def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
-                     causal=None, scale=None, precision: str = "float64", info: dict | None = None,
-                     softcap=None, window=None, alignment=None, alibi_slopes=None,
-                     q_segment_ids=None, kv_segment_ids=None, query_seq_lengths=None,
-                     key_value_seq_lengths=None, past_key=None, past_value=None,
-                     past_lengths=None) -> AttentionResult:
-    """Scaled dot-product attention with the features of spec 1.2 (clauses in brackets).
+class AttentionProblem(NamedTuple):
+    """A checked :func:`attention_result` call built up to its logits, in the working precision.
 
-    q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> :class:`AttentionResult`.
-    Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
-    keys, L_K = L_past + L_k keys attended (L_k without a cache), d_k / d_v per-head widths.
+    q (B, h, L_q, d_k); k (B, g, L_K, d_k) and v (B, g, L_K, d_v), the keys and values attended
+    (the present cache with one); allowed (B, h, L_q, L_K) bool, every mask, segment, causal and
+    window rule at once; additive: the terms added after soft-capping, each (B, h, L_q, L_K)
+    (bias, legacy mask * -1e9, ALiBi); scale; softcap (None = off); past_lengths (B,) or None
+    without a cache. Axis legend as in :func:`attention_result`.
+    """
 
-    Per head, with every step in the working precision::
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    allowed: np.ndarray
+    additive: tuple[np.ndarray, ...]
+    scale: float
+    softcap: float | None
+    past_lengths: np.ndarray | None
 
-        S = c tanh(s q k^T / c) + bias + legacy_mask * -1e9 + alibi      (SOFTCAP-1, ALIBI-1)
-        allowed = mask AND key_padding_mask AND segments AND causal AND window
-        P = softmax over the allowed set (MASK-9: an empty row is 0), output = P v,
-        lse = log sum_{allowed} exp(S) (-inf for an empty row)           (LSE-1)
 
-    - grouped heads (GQA-1): g divides h; query head i uses key/value head ``i // (h // g)``.
-    - ``softcap`` c > 0 (SOFTCAP-1): applied after the scale and before bias and masks (capping
-      after them would turn a masked -inf into the finite -c and leak weight to masked keys).
-    - ``window=(left, right)`` (WIN-1), either side None = unbounded: key j is visible to query i
-      iff ``query_pos - left <= key_pos <= query_pos + right``.
-    - ``alignment``: the diagonal of window and ALiBi when ``causal`` is None (WIN-1); it must
-      equal ``causal`` when both are given. Positions: :func:`token_positions`.
-    - ``alibi_slopes`` (h,) or (B, h) (ALIBI-1): adds ``-m_h |query_pos - key_pos|``.
-    - ``q_segment_ids`` (B, L_q), ``kv_segment_ids`` (B, L_k) integers (SEG-1): attend only where
-      equal; ``query_seq_lengths``, ``key_value_seq_lengths`` (B,) (SEG-2): tokens at or past the
-      length belong to no segment. Causal, window and ALiBi count positions within the segment
-      (SEG-3).
-    - ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v), ``past_lengths`` (B,)
-      (default L_past) (CACHE-1, CACHE-2): the present cache is the valid past, the new k / v and
-      zero padding; query i sits at position ``past_lengths[b] + i``, so causal (which must be
-      None or "bottom_right") allows present key j iff ``j <= past_lengths[b] + i``. Masks, bias
-      and key_padding_mask have the present cache's key axis L_K.
-    Invalid new arguments raise ValueError naming the argument (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4).
+def attention_problem(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
+                      causal=None, scale=None, precision: str = "float64", softcap=None, window=None,
+                      alignment=None, alibi_slopes=None, q_segment_ids=None, kv_segment_ids=None,
+                      query_seq_lengths=None, key_value_seq_lengths=None, past_key=None,
+                      past_value=None, past_lengths=None) -> AttentionProblem:
+    """The arguments of :func:`attention_result` checked and turned into an :class:`AttentionProblem`
+    (allowed set, additive terms, present cache): what every head of the call needs. Invalid new
+    arguments raise ValueError naming the argument (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4).
     """
     ar = _Arith(precision)
     q, k, v = ar.cast(q), ar.cast(k), ar.cast(v)
@@ -637,8 +628,61 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
         additive.append(np.broadcast_to(ar.rnd(ar.cast(legacy_mask) * ar.dtype(LEGACY_MASK_VALUE)), full))
     if slopes is not None:
         additive.append(ar.cast(alibi_bias(slopes, positions)))
-    out = np.zeros((b, h, l_q, v.shape[3]), dtype=ar.dtype)
-    weights = np.zeros(full, dtype=ar.dtype)
+    return AttentionProblem(q, k_all, v_all, allowed, tuple(additive), scale, softcap,
+                            past_lengths if cached else None)
+
+
+def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
+                     causal=None, scale=None, precision: str = "float64", info: dict | None = None,
+                     softcap=None, window=None, alignment=None, alibi_slopes=None,
+                     q_segment_ids=None, kv_segment_ids=None, query_seq_lengths=None,
+                     key_value_seq_lengths=None, past_key=None, past_value=None,
+                     past_lengths=None) -> AttentionResult:
+    """Scaled dot-product attention with the features of spec 1.2 (clauses in brackets).
+
+    q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> :class:`AttentionResult`.
+    Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
+    keys, L_K = L_past + L_k keys attended (L_k without a cache), d_k / d_v per-head widths.
+
+    Per head, with every step in the working precision::
+
+        S = c tanh(s q k^T / c) + bias + legacy_mask * -1e9 + alibi      (SOFTCAP-1, ALIBI-1)
+        allowed = mask AND key_padding_mask AND segments AND causal AND window
+        P = softmax over the allowed set (MASK-9: an empty row is 0), output = P v,
+        lse = log sum_{allowed} exp(S) (-inf for an empty row)           (LSE-1)
+
+    - grouped heads (GQA-1): g divides h; query head i uses key/value head ``i // (h // g)``.
+    - ``softcap`` c > 0 (SOFTCAP-1): applied after the scale and before bias and masks (capping
+      after them would turn a masked -inf into the finite -c and leak weight to masked keys).
+    - ``window=(left, right)`` (WIN-1), either side None = unbounded: key j is visible to query i
+      iff ``query_pos - left <= key_pos <= query_pos + right``.
+    - ``alignment``: the diagonal of window and ALiBi when ``causal`` is None (WIN-1); it must
+      equal ``causal`` when both are given. Positions: :func:`token_positions`.
+    - ``alibi_slopes`` (h,) or (B, h) (ALIBI-1): adds ``-m_h |query_pos - key_pos|``.
+    - ``q_segment_ids`` (B, L_q), ``kv_segment_ids`` (B, L_k) integers (SEG-1): attend only where
+      equal; ``query_seq_lengths``, ``key_value_seq_lengths`` (B,) (SEG-2): tokens at or past the
+      length belong to no segment. Causal, window and ALiBi count positions within the segment
+      (SEG-3).
+    - ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v), ``past_lengths`` (B,)
+      (default L_past) (CACHE-1, CACHE-2): the present cache is the valid past, the new k / v and
+      zero padding; query i sits at position ``past_lengths[b] + i``, so causal (which must be
+      None or "bottom_right") allows present key j iff ``j <= past_lengths[b] + i``. Masks, bias
+      and key_padding_mask have the present cache's key axis L_K.
+    Invalid new arguments raise ValueError naming the argument (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4).
+    """
+    problem = attention_problem(
+        q, k, v, mask=mask, bias=bias, legacy_mask=legacy_mask, key_padding_mask=key_padding_mask,
+        causal=causal, scale=scale, precision=precision, softcap=softcap, window=window,
+        alignment=alignment, alibi_slopes=alibi_slopes, q_segment_ids=q_segment_ids,
+        kv_segment_ids=kv_segment_ids, query_seq_lengths=query_seq_lengths,
+        key_value_seq_lengths=key_value_seq_lengths, past_key=past_key, past_value=past_value,
+        past_lengths=past_lengths)
+    ar = _Arith(precision)
+    q, k_all, v_all, allowed, additive, scale, softcap, past_lengths = problem
+    b, h, l_q, _ = q.shape
+    g = k_all.shape[1]
+    out = np.zeros((b, h, l_q, v_all.shape[3]), dtype=ar.dtype)
+    weights = np.zeros(allowed.shape, dtype=ar.dtype)
     lse = np.zeros((b, h, l_q), dtype=ar.dtype)
     group = h // g
     for bi in range(b):
@@ -651,9 +695,9 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
                 with np.errstate(invalid="ignore"):  # 0 * -inf at masked logits, discarded
                     condition = logit_condition(weights[bi, hi], logits)
                 info["logit_condition"] = max(info.get("logit_condition", 0.0), condition)
-    if not cached:
+    if past_lengths is None:
         return AttentionResult(out, weights, lse, None, None, None)
-    return AttentionResult(out, weights, lse, k_all, v_all, past_lengths + k.shape[2])
+    return AttentionResult(out, weights, lse, k_all, v_all, past_lengths + np.shape(k)[2])
 
 
 def merge_by_lse(out_a, lse_a, out_b, lse_b) -> tuple[np.ndarray, np.ndarray]:
