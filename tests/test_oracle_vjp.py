@@ -207,6 +207,29 @@ def test_sinks_equal_an_extra_key_with_value_zero(softcap):
     np.testing.assert_allclose(grads.dk, explicit.dk[:, :, :-1], rtol=0, atol=1e-13)
 
 
+def test_lse_with_sinks_normalises_merges_and_converts():
+    """The lse includes the sink: P = exp(S - lse) and P_sink = exp(sigma - lse) (what a blockwise
+    backward recomputes); LSE-2's merge of two key chunks is exact when only one chunk carries the
+    sink; a sink-free lse converts by logaddexp(lse, sigma)."""
+    arrays = _qkv(17, lk=6)
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    rng = np.random.default_rng(18)
+    sinks, bias = rng.standard_normal(4), rng.standard_normal((2, 4, 3, 6))
+    whole = attention_with_sinks(q, k, v, sinks=sinks, bias=bias)
+    logits = np.einsum("bhqd,bhkd->bhqk", q, np.repeat(k, 2, axis=1)) * 2 ** -0.5 + bias
+    np.testing.assert_allclose(whole.weights, np.exp(logits - whole.lse[..., None]), atol=1e-15)
+    np.testing.assert_allclose(1 - whole.weights.sum(-1),
+                               np.exp(sinks[None, :, None] - whole.lse), atol=1e-15)
+    first = attention_with_sinks(q, k[:, :, :2], v[:, :, :2], sinks=sinks, bias=bias[..., :2])
+    rest = attention_with_sinks(q, k[:, :, 2:], v[:, :, 2:], bias=bias[..., 2:])
+    out, lse = oracle.merge_by_lse(first.output, first.lse, rest.output, rest.lse)
+    np.testing.assert_allclose(out, whole.output, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(lse, whole.lse, rtol=0, atol=1e-14)
+    without = attention_with_sinks(q, k, v, bias=bias)
+    np.testing.assert_allclose(np.logaddexp(without.lse, sinks[None, :, None]), whole.lse,
+                               rtol=0, atol=1e-14)
+
+
 def test_exact_zeros_where_the_result_does_not_depend_on_an_input():
     """Keys no query may attend (key padding, outside every window, another segment, a cache slot
     past past_lengths) and rows with nothing allowed get exactly 0, with and without sinks."""
