@@ -53,7 +53,7 @@ from . import oracle
 _DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
-class HeadState(NamedTuple):
+class _HeadState(NamedTuple):
     """One head's forward pass, kept for its backward: x (L_q, L_K) = s q k^T; tanh (L_q, L_K) of
     x / c, or None without soft-capping; probs (L_q, L_K); sink_probs (L_q,) (zeros without a sink);
     lse (L_q,); output (L_q, d_v)."""
@@ -94,9 +94,9 @@ def _check_array(x, argument: str, shape: tuple[int, ...], dt) -> np.ndarray:
     return arr.astype(dt)
 
 
-def head_forward(q, k, v, allowed, additive, scale, softcap, sink) -> HeadState:
+def _head_forward(q, k, v, allowed, additive, scale, softcap, sink) -> _HeadState:
     """One head: q (L_q, d_k), k (L_K, d_k), v (L_K, d_v), allowed (L_q, L_K) bool, additive terms
-    (L_q, L_K), sink a logit or None -> :class:`HeadState`. A key whose logit is -inf is not
+    (L_q, L_K), sink a logit or None -> :class:`_HeadState`. A key whose logit is -inf is not
     allowed; a row with nothing allowed and no sink has probabilities 0 and lse -inf."""
     x = (q @ k.T) * scale
     tanh = None if softcap is None else np.tanh(x / softcap)
@@ -121,7 +121,7 @@ def head_forward(q, k, v, allowed, additive, scale, softcap, sink) -> HeadState:
             sink_probs[i] = e[-1] / total
             e = e[:-1]
         probs[i, live[i]] = e / total
-    return HeadState(x, tanh, probs, sink_probs, lse, probs @ v)
+    return _HeadState(x, tanh, probs, sink_probs, lse, probs @ v)
 
 
 def _problem(q, k, v, sinks, precision, kwargs):
@@ -136,13 +136,13 @@ def _problem(q, k, v, sinks, precision, kwargs):
 
 
 def _heads(problem: oracle.AttentionProblem, sinks):
-    """Yield (bi, hi, kv, HeadState) for every batch item and query head of ``problem``."""
+    """Yield (bi, hi, kv, _HeadState) for every batch item and query head of ``problem``."""
     b, h = problem.q.shape[:2]
     group = h // problem.k.shape[1]
     for bi in range(b):
         for hi in range(h):
             kv = hi // group  # the key/value head of query head hi (GQA-1)
-            yield bi, hi, kv, head_forward(
+            yield bi, hi, kv, _head_forward(
                 problem.q[bi, hi], problem.k[bi, kv], problem.v[bi, kv], problem.allowed[bi, hi],
                 [t[bi, hi] for t in problem.additive], problem.scale, problem.softcap,
                 None if sinks is None else sinks[hi])
