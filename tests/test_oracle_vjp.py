@@ -351,32 +351,48 @@ def _mp_loss(q, k, v, sinks, bias, mask, softcap, scale, d_out, d_lse):
     return total
 
 
+#: the oracle's keywords and the same allowed set and constant bias written out by hand (L_q = 2,
+#: L_k = 3): a mask that empties row 1, or window (1, 0) bottom-right (query i sits at i + 1) with
+#: ALiBi slopes 0.5 and 0.25
+MP_FEATURES = {
+    "mask": ({"mask": np.array([[True, False, True], [False, False, False]])},
+             np.array([[True, False, True], [False, False, False]]), np.zeros((2, 2, 3))),
+    "window, ALiBi": ({"window": (1, 0), "alignment": "bottom_right",
+                       "alibi_slopes": np.array([0.5, 0.25])},
+                      np.array([[True, True, False], [False, True, True]]),
+                      -np.array([0.5, 0.25])[:, None, None]
+                      * np.abs(np.arange(2)[:, None] + 1 - np.arange(3)[None, :])),
+}
+
+
+@pytest.mark.parametrize("features", list(MP_FEATURES))
 @pytest.mark.parametrize("softcap", [None, 1.3])
-def test_vjp_matches_mpmath_derivatives(softcap):
+def test_vjp_matches_mpmath_derivatives(softcap, features):
     """dq, dk, dv, d_sinks and d_bias against 50-digit derivatives: one batch item, two query
-    heads sharing one key/value head, a row with no allowed key (the sink only)."""
+    heads sharing one key/value head, sinks, a bias and an lse cotangent."""
+    kwargs, mask, constant_bias = MP_FEATURES[features]
     rng = np.random.default_rng(21)
     h, lq, lk, d = 2, 2, 3, 2
     arrs = {"q": rng.standard_normal((h, lq, d)) * 2, "k": rng.standard_normal((1, lk, d)) * 2,
             "v": rng.standard_normal((1, lk, d)), "sinks": rng.standard_normal(h),
             "bias": rng.standard_normal((h, lq, lk))}
-    mask = np.array([[True, False, True], [False, False, False]])
     d_out, d_lse = rng.standard_normal((h, lq, d)), rng.standard_normal((h, lq))
     scale = 0.6
     grads = attention_vjp(arrs["q"][None], arrs["k"][None], arrs["v"][None], d_out[None],
                           d_lse=d_lse[None], sinks=arrs["sinks"], bias=arrs["bias"][None],
-                          bias_grad=True, mask=mask, softcap=softcap, scale=scale)
+                          bias_grad=True, softcap=softcap, scale=scale, **kwargs)
     got = {"q": grads.dq[0], "k": grads.dk[0], "v": grads.dv[0], "sinks": grads.d_sinks,
            "bias": grads.d_bias[0]}
     mp = {n: np.vectorize(mpmath.mpf, otypes=[object])(a) for n, a in arrs.items()}
+    mp_constant = np.vectorize(mpmath.mpf, otypes=[object])(constant_bias)
     for name, arr in mp.items():
         for idx in np.ndindex(arr.shape):
             def f(t, name=name, idx=idx):
                 moved = arr.copy()
                 moved[idx] = arr[idx] + t
                 args = {**mp, name: moved}
-                return _mp_loss(args["q"], args["k"], args["v"], args["sinks"], args["bias"],
-                                mask, softcap and mpmath.mpf(softcap), mpmath.mpf(scale),
-                                d_out, d_lse)
+                return _mp_loss(args["q"], args["k"], args["v"], args["sinks"],
+                                args["bias"] + mp_constant, mask,
+                                softcap and mpmath.mpf(softcap), mpmath.mpf(scale), d_out, d_lse)
             want = float(mpmath.diff(f, 0))
             assert abs(got[name][idx] - want) <= 1e-14 * max(1.0, abs(want)), (name, idx)
