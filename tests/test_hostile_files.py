@@ -666,7 +666,7 @@ def test_verify_checks_the_markdown_against_the_json(tmp_path, capsys):
     md.write_text(certificate.to_markdown(json.loads(path.read_text("utf-8"))), "utf-8")
     code, out, err = run_cli(capsys, "verify", str(path), "--markdown", str(md))
     assert code == 0 and "markdown: " in out, err
-    md.write_text(md.read_text("utf-8").replace("**Verdict: conforms**", "**Verdict: conforms!**"))
+    md.write_text(md.read_text("utf-8").replace("**Verdict: conforms on", "**Verdict: conforms! on"))
     assert_usage_error(run_cli(capsys, "verify", str(path), "--markdown", str(md)), "rendering")
 
 
@@ -761,8 +761,10 @@ def test_markdown_escapes_everything_a_backend_supplies():
     assert [line for line in outside if line.startswith("#")] == [
         lines[0], "## Failures", f"### {failing['id']}"]
     assert "<script" not in md and "[link](http" not in md and "\\[link\\]" in md
+    spec, testable = load_spec(), len(load_spec().testable_ids)
     assert [line.split("**")[1] for line in outside if line.startswith("**")] == [
-        "Verdict: does not conform"]
+        f"Verdict: does not conform ({testable - 1} of {testable} testable clauses of mhaspec "
+        f"{spec.version} certified)"]
     # the failure message stays inside one fence, whole
     (first, last), = blocks
     assert "\n".join(lines[first + 1:last]) == failing["failures"][0]

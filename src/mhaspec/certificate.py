@@ -275,11 +275,14 @@ def to_markdown(cert: dict) -> str:
     device_dtypes = "; ".join(f"{md_text(d)}: " + ", ".join(v["dtypes"]) for d, v in devices.items())
     hyp = cert["hypothesis"]
     commit = cert["suite"]["git_commit"] or "unknown"
+    from mhaspec import coverage
+
+    claimed = ", ".join(md_text(c) for c in b.get("capabilities", [])) or "none"
     lines = [f"# mhaspec certificate: {md_text(b['name'])}", "",
-             f"**Verdict: {cert['summary']['verdict']}** against {md_text(cert['spec']['name'])} "
-             f"{md_text(spec_label(cert['spec']))} (suite {md_text(cert['suite']['version'])}, commit "
-             f"{md_text(commit)}).", "",
+             f"**Verdict: {coverage.headline(cert)}** (suite {md_text(cert['suite']['version'])}, "
+             f"commit {md_text(commit)}), for the capabilities it claims: {claimed}.", "",
              "| | |", "|---|---|",
+             f"| covers | {coverage.summary(coverage.of(cert))} |",
              f"| backend | {md_text(b['name'])} ({md_text(b['ref'])}) |",
              f"| framework | {md_text(b['framework'])} {md_text(b['framework_version'])} |",
              f"| devices | {device_names} |",

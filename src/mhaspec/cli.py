@@ -20,7 +20,7 @@ import os
 import pathlib
 import sys
 
-from mhaspec import __version__, certificate
+from mhaspec import __version__, certificate, coverage
 from mhaspec.usage import (ArgumentParser, UsageError, load_backend, one_line, printable,
                            read_bounded)
 
@@ -70,8 +70,9 @@ def cmd_verify(args) -> int:
                          f"{printable(one_line(exc), limit=400)}") from None
     b = cert["backend"]
     lines = [f"{printable(path)}: certificate for {printable(b['name'])} ({printable(b['framework'])} "
-             f"{printable(b['framework_version'])}): {cert['summary']['verdict']} against spec "
-             f"{certificate.spec_label(cert['spec'])}",
+             f"{printable(b['framework_version'])}): {coverage.headline(cert)}",
+             f"covers: {coverage.summary(coverage.of(cert))}; claimed capabilities: "
+             f"{printable(', '.join(b.get('capabilities', [])) or 'none')}",
              f"schema: matches {certificate.SCHEMA_ID}",
              f"integrity: the body hashes to the recorded SHA-256 {cert['sha256']}", *checked]
     if args.markdown:
