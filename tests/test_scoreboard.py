@@ -104,6 +104,6 @@ def test_the_published_page_is_the_rendering_of_the_published_certificates(tmp_p
     shutil.copytree(ROOT / "docs" / "certificates", tmp_path / "certificates",
                     ignore=shutil.ignore_patterns("*-failures"))
     assert cli.main(["scoreboard", "--certificates", str(tmp_path / "certificates"), "--page",
-                     str(page), "--image", str(tmp_path / "assets" / "scoreboard.png")]) == 0
+                     str(page), "--image", str(tmp_path / "assets" / "scoreboard.svg")]) == 0
     assert page.read_text(encoding="utf-8") == (ROOT / "docs" / "matrix.md").read_text(
         encoding="utf-8")

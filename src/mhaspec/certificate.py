@@ -222,12 +222,14 @@ def _ssh_keygen(*args: str, stdin: bytes | None = None) -> str:
     return text
 
 
-_MD_ESCAPES = {c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_MD_ESCAPES = {c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
+                                                  "$": "&#36;"}
 
 
 def md_text(text: object) -> str:
     """``text`` as inline Markdown that renders literally: one line (newlines and other control
-    characters become spaces), emphasis, code, links, table cells and HTML escaped. An underscore
+    characters become spaces), emphasis, code, links, table cells, HTML and ``$`` (the site's
+    LaTeX delimiter) escaped. An underscore
     between two letters or digits (``split_heads``) cannot open or close emphasis and stays as is."""
     line = "".join(c if c.isprintable() else " " for c in str(text))
     return "".join(c if c == "_" and 0 < i < len(line) - 1 and line[i - 1].isalnum()

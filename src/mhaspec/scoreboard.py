@@ -1,18 +1,22 @@
 """``mhaspec scoreboard``: the ecosystem conformance table, from the certificates.
 
 Reads every certificate ``<dir>/*.json`` (default ``docs/certificates``; each is verified: schema,
-digest, consistency), and renders
+digest, consistency), and renders, one row per implementation sorted by library,
 
-* a chapter x implementation grid of symbols, one row per implementation with its library and
-  version and its verdict; each cell links to the implementation's certificate (its Markdown form,
-  where every clause is listed) and its tooltip names the clauses behind the symbol;
-* the same grid as an image (matplotlib, ``docs/assets/scoreboard.png``),
+* how much of the spec each was certified on: "N of M testable clauses", the core level (N of M)
+  and the optional chapters attained (:mod:`mhaspec.coverage`);
+* the core chapters and, apart, the optional ones: each cell a word and a count ("pass 5/5",
+  "dev. 12/12", "FAIL 3/5", "not claimed") linked to the implementation's certificate (its
+  Markdown form, where every clause is listed), its tooltip naming the clauses behind the word;
+* the same grid as an SVG image (matplotlib, ``docs/assets/scoreboard.svg``) with a title (spec
+  version, profile, dates of issue) that leads the section and opens full size when clicked,
 
 into ``docs/matrix.md`` between the markers ``<!-- scoreboard:start -->`` and
-``<!-- scoreboard:end -->``. ``--certify NAME ...`` first (re)issues those certificates with
-``mhaspec certify NAME --profile ci --output-dir <dir>``; ``--certify all`` does it for every
-registered backend that loads and has a device here. A chapter's symbol is the worst verdict of its
-clauses (fail, deviation, pass, not implemented; "not run" when none ran).
+``<!-- scoreboard:end -->``. Every string taken from a certificate is escaped for where it goes
+(Markdown text, HTML attribute, image label). ``--certify NAME ...`` first (re)issues those
+certificates with ``mhaspec certify NAME --profile ci --output-dir <dir>``; ``--certify all`` does
+it for every registered backend that loads and has a device here. A chapter's word is the worst
+verdict of its clauses (fail, deviation, pass, not implemented; "not run" when none ran).
 """
 
 from __future__ import annotations
@@ -23,43 +27,85 @@ import re
 import subprocess
 import sys
 from typing import NamedTuple
+from urllib.parse import quote
 
-from mhaspec import certificate, usage
+from mhaspec import certificate, coverage, usage
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
 
 DEFAULT_DIR = pathlib.Path("docs/certificates")
 DEFAULT_PAGE = pathlib.Path("docs/matrix.md")
-DEFAULT_IMAGE = pathlib.Path("docs/assets/scoreboard.png")
+DEFAULT_IMAGE = pathlib.Path("docs/assets/scoreboard.svg")
 START, END = "<!-- scoreboard:start -->", "<!-- scoreboard:end -->"
 
-#: chapter verdict -> (symbol, word, colour of the image cell)
+#: chapter verdict -> (word in a cell, meaning in the legend, colour of the image cell)
 STYLE = {
-    "pass": ("✅", "pass", "#4caf50"),
-    "deviation": ("🟡", "declared deviation", "#ffc107"),
-    "stale-deviation": ("❌", "stale deviation (declared, but it conforms)", "#e53935"),
-    "fail": ("❌", "fail", "#e53935"),
-    "not-implemented": ("➖", "not implemented (capability not claimed)", "#e0e0e0"),
-    "not-run": ("·", "not run", "#ffffff"),
+    "pass": ("pass", "every clause run passed", "#a5d6a7"),
+    "deviation": ("dev.", "a declared deviation, confirmed by the suite", "#ffe082"),
+    "stale-deviation": ("FAIL", "a deviation declared, but it conforms", "#ef9a9a"),
+    "fail": ("FAIL", "a clause failed", "#ef9a9a"),
+    "not-implemented": ("not claimed", "capability not claimed", "#eeeeee"),
+    "not-run": ("not run", "no test ran", "#ffffff"),
 }
+#: Longest implementation or library name drawn in the image.
+IMAGE_LABEL_CHARS = 48
 
 
 class Row(NamedTuple):
     """One certified implementation: its name, library and version, verdict, the certificate's
-    Markdown file name, and chapter id -> (verdict, the clauses behind it)."""
+    Markdown file name, chapter id -> (verdict, the clauses behind it), and its coverage."""
 
     name: str
     library: str
     verdict: str
     markdown: str
     cells: dict
+    coverage: coverage.Coverage
 
 
-def _link_title(text: str) -> str:
-    """``text`` safe inside a Markdown link title: double quotes become single ones, parentheses
-    HTML entities (an unbalanced one, e.g. in a cut-off note, would end the link early)."""
-    return text.replace('"', "'").replace("(", "&#40;").replace(")", "&#41;")
+class Superseded(NamedTuple):
+    """A certificate issued against a draft that has since been released (not in the grid)."""
+
+    name: str
+    label: str
+    issued: str
+    markdown: str
+
+
+class Board(NamedTuple):
+    """Rows sorted by library, the core and optional chapter ids, the spec label, the profiles
+    and devices the certificates ran with, their first and last date of issue, and the
+    certificates of a draft since released."""
+
+    rows: list[Row]
+    core: list[str]
+    optional: list[str]
+    label: str
+    profiles: list[str]
+    devices: list[str]
+    issued: tuple[str, str]
+    superseded: list[Superseded]
+
+    @property
+    def chapters(self) -> list[str]:
+        return self.core + self.optional
+
+
+def attribute(text: object) -> str:
+    """``text`` safe as a Markdown link title (an HTML attribute): one line, every character
+    other than a letter, digit, space or ``,.:;-`` written as an HTML character reference, so
+    none can end the title, the link or the table cell, nor open HTML or math."""
+    line = "".join(c if c.isprintable() else " " for c in str(text))
+    return "".join(c if c.isalnum() and c.isascii() or c in " ,.:;-" else f"&#{ord(c)};"
+                   for c in line)
+
+
+def label(text: object) -> str:
+    """``text`` safe as an image label: one line of at most :data:`IMAGE_LABEL_CHARS` printable
+    characters (matplotlib draws it literally: math parsing is off where it is drawn)."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+    return line if len(line) <= IMAGE_LABEL_CHARS else line[:IMAGE_LABEL_CHARS - 1] + "…"
 
 
 def chapter_cells(cert: dict, chapters: list[str], chapter_of: dict[str, str]) -> dict:
@@ -79,23 +125,16 @@ def chapter_cells(cert: dict, chapters: list[str], chapter_of: dict[str, str]) -
     return cells
 
 
-class Superseded(NamedTuple):
-    """A certificate issued against a draft that has since been released (not in the grid)."""
-
-    name: str
-    label: str
-    issued: str
-    markdown: str
-
-
-def read_rows(directory: pathlib.Path) -> tuple[list[Row], list[str], str, list[Superseded]]:
-    """The verified certificates of ``directory`` as rows, the chapter ids, the spec label, and the
-    certificates of a draft since released (digest verified; their clauses cannot be checked)."""
+def read_rows(directory: pathlib.Path) -> Board:
+    """The verified certificates of ``directory`` as a :class:`Board`; the certificates of a draft
+    since released are listed apart (digest verified; their clauses cannot be checked)."""
     spec = load_spec()
-    chapters = [ch.id for ch in spec.chapters
+    testable = [ch for ch in spec.chapters
                 if any(c.chapter == ch.id and c.testable for c in spec.clauses)]
+    core = [ch.id for ch in testable if not coverage.is_optional(ch.title)]
+    optional = [ch.id for ch in testable if coverage.is_optional(ch.title)]
     chapter_of = {c.id: c.chapter for c in spec.clauses}
-    rows, labels, superseded = [], set(), []
+    rows, labels, superseded, profiles, devices, issued = [], set(), [], set(), set(), []
     for path in sorted(directory.glob("*.json")):
         try:
             cert = certificate.verify(certificate.loads(path.read_bytes()))
@@ -110,79 +149,155 @@ def read_rows(directory: pathlib.Path) -> tuple[list[Row], list[str], str, list[
                 from None
         b = cert["backend"]
         labels.add(certificate.spec_label(cert["spec"]))
+        profiles.add(cert["hypothesis"]["profile"])
+        devices.update(cert["environment"]["devices"])
+        issued.append(cert["issued"][:10])
         rows.append(Row(b["name"], f"{b['framework']} {b['framework_version']}",
                         cert["summary"]["verdict"], path.with_suffix(".md").name,
-                        chapter_cells(cert, chapters, chapter_of)))
-    return rows, chapters, ", ".join(sorted(labels)), superseded
+                        chapter_cells(cert, core + optional, chapter_of), coverage.of(cert)))
+    rows.sort(key=lambda r: (r.library.casefold(), r.name.casefold()))
+    return Board(rows, core, optional, ", ".join(sorted(labels)), sorted(profiles),
+                 sorted(devices), (min(issued, default=""), max(issued, default="")), superseded)
 
 
-def markdown(rows: list[Row], chapters: list[str], spec_label: str, link_dir: str,
-             image: str, superseded: list[Superseded] = ()) -> str:
-    """The scoreboard section: legend, grid (cells linked to the certificates), image, and the
-    certificates of a draft since released, listed to be re-issued."""
-    legend = "; ".join(f"{sym} {word}" for key, (sym, word, _) in STYLE.items()
+def title(board: Board) -> str:
+    """The scoreboard's title: spec version, profile, devices and dates of issue."""
+    first, last = board.issued
+    dates = first if first == last else f"{first} to {last}"
+    return (f"mhaspec {board.label} conformance scoreboard: profile {', '.join(board.profiles)}, "
+            f"{', '.join(d.upper() if d in ('cpu', 'cuda') else d for d in board.devices)}, "
+            f"certificates issued {dates}")
+
+
+def _cell(row: Row, ch: str, target: str) -> str:
+    verdict, notes = row.cells[ch]
+    word, meaning, _ = STYLE[verdict]
+    tally = row.coverage.chapters.get(ch)
+    text = word if verdict in ("not-implemented", "not-run") or tally is None else f"{word} {tally}"
+    tip = attribute(meaning + (": " + "; ".join(notes) if notes else ""))
+    return f'[{text}]({target} "{tip}"){{ .mh-{verdict} }}'
+
+
+def _grid(board: Board, chapters: list[str], link_dir: str) -> list[str]:
+    lines = ["| implementation | " + " | ".join(f"[{ch}](spec/index.md#{ch})" for ch in chapters)
+             + " |", "|---|" + "---|" * len(chapters)]
+    for row in board.rows:
+        target = f"{link_dir}/{quote(row.markdown)}"
+        lines.append(f"| [{certificate.md_text(row.name)}]({target}) | "
+                     + " | ".join(_cell(row, ch, target) for ch in chapters) + " |")
+    return lines
+
+
+def markdown(board: Board, link_dir: str, image: str) -> str:
+    """The scoreboard section: the image with its title (click to enlarge), the coverage table,
+    the core and the optional chapters as two grids linked to the certificates, the legend, and
+    the certificates of a draft since released, listed to be re-issued."""
+    heading = title(board)
+    testable = max((r.coverage.testable for r in board.rows), default=0)
+    core = max((r.coverage.core.testable for r in board.rows), default=0)
+    shown = certificate.md_text(heading)
+    lines = [f"[![{shown}: one row per implementation, one column per chapter]({image})]"
+             f'({image} "{attribute(heading)}: open full size"){{ .mh-scoreboard }}', "",
+             f"*{shown}. Click the picture to open it full size.*", "",
+             "### How much of the specification each implementation was certified on", "",
+             f"A clause is certified when it passed or deviates as declared (dev.). *Core* is the "
+             f"{core} testable clauses every implementation of its operations must meet; an "
+             "*optional chapter* (a conformance level of its own, like an extension of the Array "
+             "API standard) counts when every clause in it is certified.", "",
+             "| implementation | library | verdict | testable clauses certified | core | "
+             "optional chapters attained |", "|---|---|---|---|---|---|"]
+    for row in board.rows:
+        cov = row.coverage
+        dev = f" ({cov.deviations} dev.)" if cov.deviations else ""
+        target = f"{link_dir}/{quote(row.markdown)}"
+        lines.append(f"| [{certificate.md_text(row.name)}]({target}) | "
+                     f"{certificate.md_text(row.library)} | {row.verdict} | "
+                     f"{cov.certified} of {cov.testable}{dev} | {cov.core.certified} of "
+                     f"{cov.core.testable} | "
+                     f"{', '.join(ch for ch in cov.levels if ch != 'core') or 'none'} |")
+    legend = "; ".join(f"**{word}**: {meaning}" for key, (word, meaning, _) in STYLE.items()
                        if key != "stale-deviation")
-    lines = [f"Certified against mhaspec {spec_label}, `ci` profile, CPU. {legend}. A cell is the "
-             "worst verdict of the chapter's clauses; click it for the certificate (every clause, "
-             "its runs and the declared deviations), hover for the clauses behind the symbol.", "",
-             "| implementation | library | verdict | "
-             + " | ".join(f"[{ch}](spec/index.md#{ch})" for ch in chapters) + " |",
-             "|---|---|---|" + "---|" * len(chapters)]
-    for row in rows:
-        target = f"{link_dir}/{row.markdown}"
-        cells = []
-        for ch in chapters:
-            verdict, notes = row.cells[ch]
-            title = _link_title(STYLE[verdict][1] + (": " + "; ".join(notes) if notes else ""))
-            cells.append(f'[{STYLE[verdict][0]}]({target} "{title}")')
-        lines.append(f"| [`{row.name}`]({target}) | {row.library} | {row.verdict} | "
-                     + " | ".join(cells) + " |")
-    if superseded:
+    lines += ["", f"Each cell is the worst verdict of the chapter's clauses and how many of its "
+                  f"testable clauses were certified ({legend}). Click a cell for the certificate "
+                  "(every clause, its runs and the declared deviations); hover for the clauses "
+                  "behind the word.", "", "### Core chapters", "",
+              *_grid(board, board.core, link_dir), "", "### Optional chapters", "",
+              *_grid(board, board.optional, link_dir)]
+    if board.superseded:
         lines += ["", "Not in the grid: certificates issued against a draft that has since been "
                       "released, kept as the record of their runs until they are re-issued "
                       "(`mhaspec certify NAME --profile ci`): "
-                  + "; ".join(f"[`{s.name}`]({link_dir}/{s.markdown}) ({s.label}, issued "
-                              f"{s.issued[:10]})" for s in superseded) + "."]
-    lines += ["", f"![The scoreboard as an image: one row per implementation, one column per "
-                  f"chapter]({image})", "",
-              "Regenerate with `mhaspec scoreboard` (from the certificates) or `mhaspec scoreboard "
-              "--certify all` (certify every implementation this machine can run first).", ""]
+                  + "; ".join(f"[{certificate.md_text(s.name)}]({link_dir}/{quote(s.markdown)}) "
+                              f"({s.label}, issued {certificate.md_text(s.issued[:10])})"
+                              for s in board.superseded) + "."]
+    lines += ["", f"Of {testable} testable clauses. Regenerate with `mhaspec scoreboard` (from the "
+                  "certificates) or `mhaspec scoreboard --certify all` (certify every "
+                  "implementation this machine can run first).", ""]
     return "\n".join(lines)
 
 
-def render_image(rows: list[Row], chapters: list[str], path: pathlib.Path) -> None:
-    """The grid as a PNG: coloured cells, implementations down, chapters across."""
+def render_image(board: Board, path: pathlib.Path) -> None:
+    """The grid as an SVG (or PNG, by ``path``'s suffix): its title on top, implementations down,
+    the core chapters then the optional ones across, each cell coloured and labelled with its
+    word's first letters and its count; text as paths, no date, so a re-render is identical."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
-    fig, ax = plt.subplots(figsize=(2.6 + 0.62 * len(chapters), 0.9 + 0.36 * len(rows)), dpi=150)
-    for i, row in enumerate(rows):
-        for j, ch in enumerate(chapters):
-            verdict = row.cells[ch][0]
-            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=STYLE[verdict][2], edgecolor="#9e9e9e"))
-            ax.text(j + 0.5, i + 0.5, verdicts.SYMBOL.get(verdict, ""), ha="center", va="center",
-                    fontsize=6)
-    ax.set_xlim(0, len(chapters))
-    ax.set_ylim(len(rows), 0)
-    ax.set_xticks([j + 0.5 for j in range(len(chapters))], chapters, rotation=45, ha="left",
-                  fontsize=7)
-    ax.xaxis.tick_top()
-    ax.set_yticks([i + 0.5 for i in range(len(rows))],
-                  [f"{r.name} ({r.library})" for r in rows], fontsize=7)
-    ax.tick_params(length=0)
-    for side in ax.spines.values():
-        side.set_visible(False)
-    shown = [k for k in ("pass", "deviation", "fail", "not-implemented", "not-run")]
-    ax.legend(handles=[Patch(facecolor=STYLE[k][2], edgecolor="#9e9e9e", label=STYLE[k][1])
-                       for k in shown], loc="upper center", bbox_to_anchor=(0.5, -0.02),
-              ncol=3, fontsize=6, frameon=False)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    gap = 0.4
+    columns = [(j, ch) for j, ch in enumerate(board.core)] + [
+        (len(board.core) + gap + j, ch) for j, ch in enumerate(board.optional)]
+    width = len(board.chapters) + gap + 1.6
+    with plt.rc_context({"svg.hashsalt": "mhaspec-scoreboard", "svg.fonttype": "path"}):
+        fig, ax = plt.subplots(figsize=(4.2 + 0.78 * width, 1.9 + 0.42 * len(board.rows)))
+        for i, row in enumerate(board.rows):
+            for x, ch in columns:
+                verdict = row.cells[ch][0]
+                tally = row.coverage.chapters.get(ch)
+                short = {"not-implemented": "n/c", "not-run": "–"}.get(verdict, str(tally))
+                ax.add_patch(Rectangle((x, i), 1, 1, facecolor=STYLE[verdict][2],
+                                       edgecolor="#9e9e9e"))
+                ax.text(x + 0.5, i + 0.5, short, ha="center", va="center", fontsize=7,
+                        parse_math=False)
+            x = len(board.chapters) + gap
+            ax.text(x + 0.15, i + 0.5, f"{row.coverage.certified}/{row.coverage.testable}",
+                    ha="left", va="center", fontsize=8, fontweight="bold", parse_math=False)
+        ax.set_xlim(0, width)
+        ax.set_ylim(len(board.rows), 0)
+        ax.set_xticks([x + 0.5 for x, _ in columns] + [len(board.chapters) + gap + 0.8],
+                      [ch for _, ch in columns] + ["clauses"], rotation=45, ha="left", fontsize=8,
+                      parse_math=False)
+        ax.xaxis.tick_top()
+        ax.set_yticks([i + 0.5 for i in range(len(board.rows))],
+                      [f"{label(r.name)}  ({label(r.library)})" for r in board.rows], fontsize=8,
+                      parse_math=False)
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        ax.text(len(board.core) / 2, len(board.rows) + 0.15, "core chapters", ha="center",
+                va="top", fontsize=8, style="italic", parse_math=False)
+        ax.text(len(board.core) + gap + len(board.optional) / 2, len(board.rows) + 0.15,
+                "optional chapters", ha="center", va="top", fontsize=8, style="italic",
+                parse_math=False)
+        shown = ("pass", "deviation", "fail", "not-implemented", "not-run")
+        ax.legend(handles=[Patch(facecolor=STYLE[k][2], edgecolor="#9e9e9e",
+                                 label=f"{STYLE[k][0]}: {STYLE[k][1]}") for k in shown],
+                  loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=3, fontsize=7,
+                  frameon=False)
+        fig.suptitle(label_line(title(board)), fontsize=10, fontweight="bold", x=0.02, ha="left")
+        fig.text(0.02, 0.005, "cell: testable clauses certified / in the chapter (n/c: capability "
+                 "not claimed); clauses: of the whole spec", fontsize=7, parse_math=False)
+        fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None, dpi=150)
+        plt.close(fig)
+
+
+def label_line(text: str) -> str:
+    """A title drawn in the image: one printable line (math parsing is off in suptitle too)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def splice(page: str, section: str) -> str:
@@ -219,17 +334,16 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         subprocess.run([sys.executable, "-m", "mhaspec.cli", "certify", name, "--profile", "ci",
                         "--output-dir", str(args.certificates)], check=False)
-    rows, chapters, label, superseded = read_rows(args.certificates)
-    if not rows:
+    board = read_rows(args.certificates)
+    if not board.rows:
         raise usage.UsageError(f"no certificates in {args.certificates}")
     image = pathlib.Path(args.image)
-    render_image(rows, chapters, image)
+    render_image(board, image)
     page_dir = args.page.resolve().parent
-    section = markdown(rows, chapters, label,
-                       _relative(args.certificates.resolve(), page_dir),
-                       _relative(image.resolve(), page_dir), superseded)
+    section = markdown(board, _relative(args.certificates.resolve(), page_dir),
+                       _relative(image.resolve(), page_dir))
     args.page.write_text(splice(args.page.read_text(encoding="utf-8"), section), encoding="utf-8")
-    print(f"wrote {args.page} and {image}: {len(rows)} implementations")
+    print(f"wrote {args.page} and {image}: {len(board.rows)} implementations")
     return 0
 
 
