@@ -7,7 +7,9 @@
   equations render offline with no script and no CDN. Code spans and blocks are left alone.
 * ``<!-- mhaspec:if-exists PATH -->A<!-- mhaspec:else -->B<!-- mhaspec:end -->`` keeps A when
   ``docs/PATH`` exists (``{{content}}`` in A is replaced by the file's text) and B otherwise, so
-  the strict build passes whether or not generated files are present.
+  the strict build passes whether or not generated files are present. A generated page
+  (``generated/*.md``) is included through :func:`mhaspec.generated.include`: under a line naming
+  its spec version, or collapsed under a warning when that is not the current version.
 * ``build/docs-api/`` is rebuilt as a tree of symlinks that lays the packages out as they are
   imported (``[tool.setuptools] package-dir`` maps ``mhaspec.backends`` to ``backends/`` and so
   on), so mkdocstrings can read the API reference statically.
@@ -26,6 +28,7 @@ import tomllib
 
 import mhaspec.spec as spec_pkg
 from latex2mathml.converter import convert as latex_to_mathml
+from mhaspec import generated
 from mhaspec.spec import load
 from mhaspec.spec.render import render_markdown
 
@@ -159,7 +162,11 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
         if target.is_file():
             body = m["yes"]
             if "{{content}}" in body:
-                body = body.replace("{{content}}", target.read_text(encoding="utf-8"))
+                text = target.read_text(encoding="utf-8")
+                if target.parent.name == "generated" and target.suffix == ".md":
+                    text = generated.include(text, load().version,
+                                             generated.REGENERATE.get(target.name, "its generator"))
+                body = body.replace("{{content}}", text)
             return body
         return m["no"]
 

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import sys
 
-from mhaspec import usage
+from mhaspec import generated, usage
 from mhaspec.backends import load_backend
 
 from mhaspec.conformance import harness
 from mhaspec.conformance.test_errors import BAD_INPUTS, invalid_call
+from mhaspec.spec import SPEC_VERSION
 
 
 def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
     backend = load_backend(backend_ref)
-    lines = [f"Generated with `{backend.name}` ({dtype}; float16 for ERR-9, which only applies "
-             "there) by `mhaspec errors-table`.", "",
+    lines = [generated.marker(SPEC_VERSION),
+             f"Generated with `{backend.name}` ({dtype}; float16 for ERR-9, which only applies "
+             f"there) by `mhaspec errors-table`, against mhaspec {SPEC_VERSION}.", "",
              "| clause | operation | invalid input | argument | error raised |",
              "|---|---|---|---|---|"]
     for (clause, op), entries in BAD_INPUTS.items():

@@ -37,9 +37,10 @@ import subprocess
 import sys
 import time
 
-from mhaspec import runner, usage
+from mhaspec import generated, runner, usage
 from mhaspec.backends import registered_backends
 from mhaspec.conformance import verdicts
+from mhaspec.spec import SPEC_VERSION
 
 BAD = verdicts.BAD
 
@@ -193,7 +194,9 @@ def markdown(summary: dict) -> str:
     streams = summary.get("merged_from", 1)
     started = f" of {summary['started']}" if summary.get("started") else ""
     jobs = summary.get("jobs", 1)
-    lines = [f"Soak{started} ({summary['elapsed_s']:.0f} s"
+    version = summary.get("spec_version")
+    lines = ([generated.marker(version)] if version else []) + [
+             f"Soak{started} ({summary['elapsed_s']:.0f} s"
              + (f" in {streams} processes side by side" if streams > 1 else "")
              + (f", {jobs} rounds at a time" if jobs > 1 else "") + ", "
              f"{len(summary['rounds'])} rounds, {summary.get('examples_per_test', 100)} "
@@ -310,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                    "target_examples": args.examples, "examples_per_test": args.per_test,
                    "jobs": args.jobs, "rounds": [],
                    "by_backend_dtype": {}, "failures": [],
-                   "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                   "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                   "spec_version": SPEC_VERSION}
     index = max((r["round"] for r in summary["rounds"]), default=0)
     remaining = [b for b in (list(args.backend) or sorted(registered_backends()))
                  if b not in summary.get("unavailable", []) and _examples(summary, b) < args.examples]
