@@ -70,3 +70,13 @@ def test_references_vaswani(cff):
     vaswani = titles["Attention Is All You Need"]
     assert vaswani["year"] == 2017
     assert vaswani["authors"][0]["family-names"] == "Vaswani"
+
+
+def test_the_site_address_is_the_same_everywhere(cff):
+    """CITATION.cff's url, mkdocs.yml's site_url and the Cite page's BibTeX give one address."""
+    import re
+
+    site_url = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text("utf-8"), re.M)[1]
+    bibtex = re.search(r"url\s*=\s*\{([^}]+)\}", (ROOT / "docs" / "cite.md").read_text("utf-8"))[1]
+    assert site_url.startswith("https://") and site_url.endswith("/")
+    assert cff["url"] == bibtex == site_url

@@ -5,10 +5,8 @@ Axis legend: none (Markdown text).
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import re
-import types
 
 import pytest
 
@@ -60,21 +58,3 @@ def test_generated_pages_are_included_only_through_the_version_check():
         text = page.read_text(encoding="utf-8")
         linked = re.findall(r"\]\((?:\.\./)*generated/[^)]*\.md\)", text)
         assert not linked, f"{page}: links a generated page directly: {linked}"
-
-
-def test_the_docs_hook_marks_a_stale_generated_page(tmp_path):
-    pytest.importorskip("latex2mathml", reason="latex2mathml is in the docs dependency group")
-    spec = importlib.util.spec_from_file_location("mhaspec_docs_hook",
-                                                  DOCS / "_hooks" / "mhaspec_docs.py")
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
-    (tmp_path / "generated").mkdir()
-    (tmp_path / "generated" / "matrix.md").write_text(
-        generated.marker("1.0") + "\n# Conformance matrix: mhaspec 1.0\n", "utf-8")
-    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="matrix.md"))
-    out = hook.on_page_markdown(
-        "<!-- mhaspec:if-exists generated/matrix.md -->\n{{content}}\n<!-- mhaspec:else -->\nno\n"
-        "<!-- mhaspec:end -->", page, types.SimpleNamespace(docs_dir=str(tmp_path)), None)
-    assert out.lstrip().startswith('??? warning "Not current: this table was generated against '
-                                   'mhaspec 1.0')
-    assert "`nox -s matrix`" in out

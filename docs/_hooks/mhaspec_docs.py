@@ -72,13 +72,35 @@ def _after_title(text: str, insert: str) -> str:
     return f"{title}\n\n{insert}\n{rest}"
 
 
+_CLAUSE_HEADING = re.compile(r"^### (?P<id>[A-Z]+-[0-9]+): .*\{#(?P=id)\}$", re.M)
+
+
+def with_citations(text: str, version: str, frozen: str | None) -> str:
+    """``text`` (a rendering of spec ``version``) with a citation line under each clause heading:
+    the text to cite and, where ``frozen`` (the frozen page of that version, relative to this one)
+    is given, the clause's link there, which keeps its meaning when the next version is out."""
+    def cite(m: re.Match) -> str:
+        link = (f" · permanent link: [`spec/{version}/#{m['id']}`]({frozen}#{m['id']})"
+                if frozen else "")
+        return (f"{m.group(0)}\n\nCite as *mhaspec {version}, clause {m['id']}*{link}\n"
+                f"{{: .mh-cite }}")
+    return _CLAUSE_HEADING.sub(cite, text)
+
+
 def current_spec_page() -> str:
     spec = load()
+    released = any(v == spec.version for v, _ in rendered_versions())
     note = (f"!!! info \"{spec.name} {spec.version}: the current version\"\n"
             f"    This page is generated from `spec/clauses.toml` when the site is built. Every clause\n"
-            f"    heading carries its id as the HTML anchor, so `spec/#MASK-9` lands on clause MASK-9.\n"
-            f"    Earlier and frozen renderings are listed under [Versions](../versions.md).\n")
-    return _after_title(render_markdown(spec), note)
+            f"    heading carries its id as the HTML anchor, so `spec/#MASK-9` lands on clause MASK-9;\n"
+            f"    that link follows the current version. To cite a clause, use the citation line\n"
+            f"    under its heading"
+            + (f" and its permanent link into the frozen page `spec/{spec.version}/`" if released
+               else "") +
+            f". Earlier and frozen renderings are listed under [Versions](../versions.md).\n")
+    text = with_citations(render_markdown(spec), spec.version,
+                          f"{spec.version}.md" if released else None)
+    return _after_title(text, note)
 
 
 def frozen_spec_page(version: str, path: pathlib.Path) -> str:
@@ -86,7 +108,8 @@ def frozen_spec_page(version: str, path: pathlib.Path) -> str:
             f"    This is the released text of version {version} exactly as committed in\n"
             f"    `spec/{path.name}`. A released version is never edited in place: see the\n"
             f"    [errata policy](../errata.md). The current version is [here](index.md).\n")
-    return _after_title(path.read_text(encoding="utf-8"), note)
+    text = with_citations(path.read_text(encoding="utf-8"), version, f"{version}.md")
+    return _after_title(text, note)
 
 
 def build_api_source_tree(root: pathlib.Path) -> pathlib.Path:
