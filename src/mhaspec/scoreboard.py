@@ -101,11 +101,11 @@ def attribute(text: object) -> str:
                    for c in line)
 
 
-def label(text: object) -> str:
-    """``text`` safe as an image label: one line of at most :data:`IMAGE_LABEL_CHARS` printable
-    characters (matplotlib draws it literally: math parsing is off where it is drawn)."""
+def label(text: object, limit: int = IMAGE_LABEL_CHARS) -> str:
+    """``text`` safe as an image label: one line of at most ``limit`` printable characters
+    (matplotlib draws it literally: math parsing is off wherever it is drawn)."""
     line = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
-    return line if len(line) <= IMAGE_LABEL_CHARS else line[:IMAGE_LABEL_CHARS - 1] + "…"
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def chapter_cells(cert: dict, chapters: list[str], chapter_of: dict[str, str]) -> dict:
@@ -193,7 +193,6 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
     the core and the optional chapters as two grids linked to the certificates, the legend, and
     the certificates of a draft since released, listed to be re-issued."""
     heading = title(board)
-    testable = max((r.coverage.testable for r in board.rows), default=0)
     core = max((r.coverage.core.testable for r in board.rows), default=0)
     shown = certificate.md_text(heading)
     lines = [f"[![{shown}: one row per implementation, one column per chapter]({image})]"
@@ -230,9 +229,9 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
                   + "; ".join(f"[{certificate.md_text(s.name)}]({link_dir}/{quote(s.markdown)}) "
                               f"({s.label}, issued {certificate.md_text(s.issued[:10])})"
                               for s in board.superseded) + "."]
-    lines += ["", f"Of {testable} testable clauses. Regenerate with `mhaspec scoreboard` (from the "
-                  "certificates) or `mhaspec scoreboard --certify all` (certify every "
-                  "implementation this machine can run first).", ""]
+    lines += ["", "Regenerate with `mhaspec scoreboard` (from the certificates) or `mhaspec "
+                  "scoreboard --certify all` (certify every implementation this machine can run "
+                  "first).", ""]
     return "\n".join(lines)
 
 
@@ -286,18 +285,14 @@ def render_image(board: Board, path: pathlib.Path) -> None:
                                  label=f"{STYLE[k][0]}: {STYLE[k][1]}") for k in shown],
                   loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=3, fontsize=7,
                   frameon=False)
-        fig.suptitle(label_line(title(board)), fontsize=10, fontweight="bold", x=0.02, ha="left")
+        fig.suptitle(label(title(board), limit=160), fontsize=10, fontweight="bold", x=0.02,
+                     ha="left", parse_math=False)
         fig.text(0.02, 0.005, "cell: testable clauses certified / in the chapter (n/c: capability "
                  "not claimed); clauses: of the whole spec", fontsize=7, parse_math=False)
         fig.tight_layout(rect=(0, 0.02, 1, 0.97))
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None, dpi=150)
         plt.close(fig)
-
-
-def label_line(text: str) -> str:
-    """A title drawn in the image: one printable line (math parsing is off in suptitle too)."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def splice(page: str, section: str) -> str:
