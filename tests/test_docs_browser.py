@@ -2,8 +2,9 @@
 
 Checks the specification page as a reader gets it: the equations are typeset (MathML elements
 present, no raw ``$...$`` or TeX commands left in the visible text) and every clause id is an
-anchor in the DOM (``spec/#MASK-9``). A screenshot of the page is saved to
-``results/docs-browser/spec-screenshot.png`` (``MHASPEC_SCREENSHOT_DIR`` overrides the folder).
+anchor in the DOM (``spec/#MASK-9``) with its citation line and permanent link; and the scoreboard
+(``matrix/``): its grids fit a 1280 px window with no column behind a scroll bar. Screenshots of
+both pages are saved to ``results/docs-browser/`` (``MHASPEC_SCREENSHOT_DIR`` overrides the folder).
 
 Needs ``/usr/bin/chromium`` (Debian: ``apt-get install -y chromium``) and a built site
 (``nox -s docs``); without either the tests skip, unless ``MHASPEC_DOCS_BROWSER_REQUIRED=1``
@@ -145,3 +146,50 @@ def test_screenshot(site_url):
     chromium("--window-size=1280,3600", f"--screenshot={out}", site_url + "spec/")
     assert out.is_file()
     assert out.stat().st_size > 30_000, "screenshot looks blank"
+
+
+def test_each_clause_has_its_citation_line_and_permanent_link(spec_dom):
+    version = load().version
+    assert (f'Cite as <em>mhaspec {version}, clause MASK-9</em> · permanent link: '
+            f'<a href="{version}/#MASK-9"><code>spec/{version}/#MASK-9</code></a>') in spec_dom
+
+
+#: Loads the matrix page in a 1280 px frame and writes, for each scoreboard grid, whether it is
+#: wider than its scroll container (a column hidden behind a horizontal scroll bar).
+OVERFLOW_PROBE = """<!doctype html><html><body><iframe id="f" src="matrix/" width="1280"
+height="900"></iframe><pre id="out">waiting</pre><script>
+document.getElementById("f").onload = function () {
+  var doc = this.contentDocument, rows = [];
+  doc.querySelectorAll("table").forEach(function (t) {
+    if (!t.querySelector("a.mh-pass, a.mh-not-implemented")) return;
+    var box = t.closest(".md-typeset__scrollwrap") || t.parentElement;
+    rows.push(t.rows[0].cells.length + " columns, overflow " + (box.scrollWidth - box.clientWidth));
+  });
+  document.getElementById("out").textContent = "grids: " + rows.join("; ");
+};
+</script></body></html>"""
+
+
+def test_the_scoreboard_grids_fit_1280_px(site_url):
+    probe = SITE / "overflow-probe.html"
+    probe.write_text(OVERFLOW_PROBE, encoding="utf-8")
+    try:
+        dom = chromium("--window-size=1300,1000", "--virtual-time-budget=15000", "--dump-dom",
+                       site_url + probe.name).stdout
+    finally:
+        probe.unlink()
+    found = re.search(r"grids: ([^<]*)", dom)
+    assert found, "the probe did not report"
+    grids = found[1].split("; ")
+    assert len(grids) == 2 and all(g.endswith("overflow 0") for g in grids), grids
+
+
+def test_scoreboard_screenshot(site_url):
+    dom = chromium("--dump-dom", site_url + "matrix/").stdout
+    assert 'class="mh-scoreboard"' in dom and "scoreboard.svg" in dom
+    assert "Core chapters" in dom and "Optional chapters" in dom
+    SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+    out = SCREENSHOT_DIR / "scoreboard-screenshot.png"
+    out.unlink(missing_ok=True)
+    chromium("--window-size=1280,2800", f"--screenshot={out}", site_url + "matrix/")
+    assert out.is_file() and out.stat().st_size > 30_000, "screenshot looks blank"
