@@ -195,7 +195,8 @@ def test_certificate_strings_are_escaped_in_every_renderer(one_certificate):
     assert parsed.rows == [6, 6] + [len(board.core) + 1] * 2 + [len(board.optional) + 1] * 2
     # the strings are shown, literally, in the text and in the tooltips
     assert HOSTILE.replace("\n", " ") in "".join(parsed.text)
-    titles = [a["title"] for tag, a in parsed.tags if tag == "a" and "MASK-13" in a.get("title", "")]
+    titles = [a["title"] for tag, a in parsed.tags
+              if tag == "a" and "MASK-13" in a.get("title", "")]
     assert titles and all(HOSTILE.replace("\n", " ") in t for t in titles)
     # the picture: glyphs drawn as paths (the strings only in escaped XML comments), no script
     elements = list(ElementTree.parse(image).getroot().iter())
