@@ -250,7 +250,7 @@ def render_image(board: Board, path: pathlib.Path) -> None:
         (len(board.core) + gap + j, ch) for j, ch in enumerate(board.optional)]
     width = len(board.chapters) + gap + 1.6
     with plt.rc_context({"svg.hashsalt": "mhaspec-scoreboard", "svg.fonttype": "path"}):
-        fig, ax = plt.subplots(figsize=(4.2 + 0.78 * width, 1.9 + 0.42 * len(board.rows)))
+        fig, ax = plt.subplots(figsize=(1.9 + 0.5 * width, 1.7 + 0.36 * len(board.rows)))
         for i, row in enumerate(board.rows):
             for x, ch in columns:
                 verdict = row.cells[ch][0]
@@ -258,19 +258,19 @@ def render_image(board: Board, path: pathlib.Path) -> None:
                 short = {"not-implemented": "n/c", "not-run": "–"}.get(verdict, str(tally))
                 ax.add_patch(Rectangle((x, i), 1, 1, facecolor=STYLE[verdict][2],
                                        edgecolor="#9e9e9e"))
-                ax.text(x + 0.5, i + 0.5, short, ha="center", va="center", fontsize=7,
+                ax.text(x + 0.5, i + 0.5, short, ha="center", va="center", fontsize=8,
                         parse_math=False)
             x = len(board.chapters) + gap
             ax.text(x + 0.15, i + 0.5, f"{row.coverage.certified}/{row.coverage.testable}",
-                    ha="left", va="center", fontsize=8, fontweight="bold", parse_math=False)
+                    ha="left", va="center", fontsize=9, fontweight="bold", parse_math=False)
         ax.set_xlim(0, width)
         ax.set_ylim(len(board.rows), 0)
         ax.set_xticks([x + 0.5 for x, _ in columns] + [len(board.chapters) + gap + 0.8],
-                      [ch for _, ch in columns] + ["clauses"], rotation=45, ha="left", fontsize=8,
+                      [ch for _, ch in columns] + ["clauses"], rotation=45, ha="left", fontsize=9,
                       parse_math=False)
         ax.xaxis.tick_top()
         ax.set_yticks([i + 0.5 for i in range(len(board.rows))],
-                      [f"{label(r.name)}  ({label(r.library)})" for r in board.rows], fontsize=8,
+                      [f"{label(r.name)}\n{label(r.library)}" for r in board.rows], fontsize=8,
                       parse_math=False)
         ax.tick_params(length=0)
         for side in ax.spines.values():
@@ -283,12 +283,12 @@ def render_image(board: Board, path: pathlib.Path) -> None:
         shown = ("pass", "deviation", "fail", "not-implemented", "not-run")
         ax.legend(handles=[Patch(facecolor=STYLE[k][2], edgecolor="#9e9e9e",
                                  label=f"{STYLE[k][0]}: {STYLE[k][1]}") for k in shown],
-                  loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=3, fontsize=7,
+                  loc="upper center", bbox_to_anchor=(0.5, -0.07), ncol=3, fontsize=8,
                   frameon=False)
-        fig.suptitle(label(title(board), limit=160), fontsize=10, fontweight="bold", x=0.02,
+        fig.suptitle(label(title(board), limit=160), fontsize=11, fontweight="bold", x=0.02,
                      ha="left", parse_math=False)
         fig.text(0.02, 0.005, "cell: testable clauses certified / in the chapter (n/c: capability "
-                 "not claimed); clauses: of the whole spec", fontsize=7, parse_math=False)
+                 "not claimed); clauses: of the whole spec", fontsize=8, parse_math=False)
         fig.tight_layout(rect=(0, 0.02, 1, 0.97))
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, metadata={"Date": None} if path.suffix == ".svg" else None, dpi=150)
