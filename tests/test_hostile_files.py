@@ -25,6 +25,7 @@ import pytest
 
 from mhaspec import certificate, cli
 from mhaspec.conformance import failure_file
+from mhaspec.conformance.clause_capabilities import NEEDS
 from mhaspec.conformance.strategies import CaseSpec, build_case
 from mhaspec.conformance.verdicts import count_verdicts, overall_verdict
 from mhaspec.spec import load as load_spec
@@ -529,8 +530,8 @@ def certificate_body(**changes) -> dict:
         "schema": certificate.SCHEMA_ID, "spec": {"name": spec.name, "version": spec.version, "status": spec.status},
         "suite": {"version": "0", "git_commit": None},
         "backend": {"ref": "numpy-batched", "name": "numpy-batched", "framework": "numpy",
-                    "framework_version": "2.0", "protocol_version": 1, "capabilities": ["sdpa"],
-                    "deviations": {}},
+                    "framework_version": "2.0", "protocol_version": 1,
+                    "capabilities": sorted(set().union(*NEEDS.values())), "deviations": {}},
         "environment": {"python": "3", "platform": "x", "devices": {
             "cpu": {"name": "x86_64", "dtypes": ["float64"], "precision_flags": {}}}},
         "hypothesis": {"profile": "ci", "seed": 0, "max_examples": 8, "backend_calls": 1},
@@ -590,6 +591,35 @@ def _not_run_on(body):
     body["clauses"][3]["not_run_on"] = ["cpu/float32"]
 
 
+def _passing(body) -> dict:
+    return next(c for c in body["clauses"] if c["verdict"] == "pass" and NEEDS.get(c["id"]))
+
+
+def _undeclared_deviation(body):
+    _passing(body)["verdict"] = "deviation"
+    body["summary"]["counts"] = count_verdicts(body["clauses"])
+
+
+def _pass_without_runs(body):
+    _passing(body)["runs"] = 0
+
+
+def _pass_without_a_cell(body):
+    _passing(body)["ran_on"] = []
+
+
+def _pass_unclaimed(body):
+    body["backend"]["capabilities"] = ["heads"]
+
+
+def _claimed_cell_never_ran(body):
+    body["environment"]["devices"]["cpu"]["dtypes"] = ["float64", "float32"]
+
+
+def _ran_on_unclaimed_cell(body):
+    _passing(body)["ran_on"] = ["cuda/float64"]
+
+
 FORGERIES = {"a failing clause under conforms": (_fail_one, "summary"),
              "no clauses": (_drop_clauses, "missing"),
              "a clause twice": (_repeat_clause, "repeated"),
@@ -597,7 +627,14 @@ FORGERIES = {"a failing clause under conforms": (_fail_one, "summary"),
              "an informative clause passed": (_pass_informative, "informative"),
              "spec 99.0": (_unknown_spec, "99.0"),
              "made-up counts": (_counts, "counts"),
-             "an incomplete run as conforms": (_not_run_on, "incomplete")}
+             "an incomplete run as conforms": (_not_run_on, "incomplete"),
+             # issue 22, item 7: each was accepted by verify
+             "a deviation nobody declared": (_undeclared_deviation, "declares no deviation"),
+             "a pass with 0 runs": (_pass_without_runs, "a pass needs a run"),
+             "a pass that ran on no cell": (_pass_without_a_cell, "a pass needs a run"),
+             "a pass of an unclaimed capability": (_pass_unclaimed, "does not claim"),
+             "a claimed cell no clause ran on": (_claimed_cell_never_ran, "cpu/float32"),
+             "a run on an unclaimed cell": (_ran_on_unclaimed_cell, "cuda/float64")}
 
 
 @pytest.mark.parametrize("forgery", FORGERIES)
@@ -609,10 +646,66 @@ def test_verify_rejects_a_resealed_inconsistent_certificate(tmp_path, capsys, fo
     assert_usage_error(run_cli(capsys, "verify", str(path)), "inconsistent", word)
 
 
+def test_a_deviation_declared_for_one_operation_is_a_declared_deviation(tmp_path, capsys):
+    body = certificate_body()
+    clause = _passing(body)
+    clause["verdict"] = "deviation"
+    body["backend"]["deviations"] = {f"{clause['id']}@mha": "documented behaviour"}
+    body["summary"]["counts"] = count_verdicts(body["clauses"])
+    code, out, err = run_cli(capsys, "verify", str(write_certificate(tmp_path / "c.json", body)))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1E+400", "1" + "0" * 400])
+def test_verify_refuses_numbers_a_float64_cannot_hold(tmp_path, capsys, number):
+    """Old: ``1e999`` was read as infinity (past the NaN/Infinity ban) and verified."""
+    body = certificate_body()
+    body["clauses"][0]["worst_ratio"] = 12345.5
+    text = json.dumps(certificate.seal(body)).replace("12345.5", number)
+    (tmp_path / "c.json").write_text(text, "utf-8")
+    assert_usage_error(run_cli(capsys, "verify", str(tmp_path / "c.json")), "too large")
+
+
+def test_verify_refuses_a_lone_surrogate(tmp_path, capsys):
+    """Old: a traceback (UnicodeEncodeError while hashing)."""
+    body = certificate_body()
+    body["backend"]["name"] = "SURROGATE"
+    text = json.dumps(certificate.seal(body)).replace("SURROGATE", "\\ud800")
+    (tmp_path / "c.json").write_text(text, "utf-8")
+    assert_usage_error(run_cli(capsys, "verify", str(tmp_path / "c.json")), "\\ud800",
+                       "surrogate")
+
+
+class CountingId(str):
+    """A clause id that counts how often it is compared for equality."""
+
+    comparisons = 0
+
+    def __eq__(self, other):
+        CountingId.comparisons += 1
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_the_consistency_check_is_linear_in_the_number_of_clauses():
+    """Old: each clause id was counted in the list of all ids, n^2 comparisons (a 2.8 MB
+    certificate took 28 s, 16 MiB about 18 minutes). Counted, not timed: comparisons of ids must
+    grow linearly with n repeated clause entries."""
+    n = 2000
+    body = certificate_body()
+    one = body["clauses"][1]
+    body["clauses"] += [dict(one, id=CountingId(one["id"])) for _ in range(n)]
+    CountingId.comparisons = 0
+    with pytest.raises(certificate.CertificateError, match="repeated"):
+        certificate.check_consistency(body)
+    assert CountingId.comparisons <= 10 * n, CountingId.comparisons
+
+
 def test_verify_accepts_an_earlier_released_spec_version(tmp_path, capsys):
     text = (SPEC_DIR / "mhaspec-1.0.md").read_text("utf-8")
     clauses = [{"id": i, "title": t, "verdict": "pass" if testable else "not-run", "worst_ratio": 0.0,
-                "runs": 1, "ran_on": [], "failures": []}
+                "runs": 1, "ran_on": ["cpu/float64"] if testable else [], "failures": []}
                for i, t, testable in certificate.clauses_of_rendering(text)]
     body = certificate_body(spec={"name": "mhaspec", "version": "1.0"}, clauses=clauses,
                             summary={"verdict": "conforms", "counts": count_verdicts(clauses)})
@@ -715,6 +808,30 @@ def test_a_signed_certificate_verifies_and_a_resigned_forgery_does_not(tmp_path,
     write_certificate(path, certificate_body())
     assert_usage_error(run_cli(capsys, "verify", str(path), *trusted[:-1], "someone@else"))
     assert_usage_error(run_cli(capsys, "verify", str(path), "--signature", str(sig)), "together")
+
+
+def test_sign_over_an_existing_signature_needs_force_and_says_it_replaced_it(tmp_path, capsys,
+                                                                           signer):
+    """Old: "signed", exit status 0, and the old signature kept (of another certificate)."""
+    key, allowed = signer
+    path = write_certificate(tmp_path / "cert.json", certificate_body())
+    sig = pathlib.Path(f"{path}.sig")
+    sig.write_text("-----BEGIN SSH SIGNATURE-----\nold\n-----END SSH SIGNATURE-----\n", "utf-8")
+    assert_usage_error(run_cli(capsys, "sign", str(path), "--key", str(key)), "--force", "exists")
+    assert "old" in sig.read_text("utf-8")
+    code, out, err = run_cli(capsys, "sign", str(path), "--key", str(key), "--force")
+    assert code == 0 and "replaced the previous one" in out, out + err
+    code, out, err = run_cli(capsys, "verify", str(path), "--signature", str(sig),
+                             "--allowed-signers", str(allowed), "--identity", "ci@example.org")
+    assert code == 0 and "authenticity: signed by" in out, out + err
+    # a planted symlink is replaced, not written through
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("untouched", "utf-8")
+    sig.unlink()
+    sig.symlink_to(target)
+    code, out, err = run_cli(capsys, "sign", str(path), "--key", str(key), "--force")
+    assert code == 0, err
+    assert target.read_text("utf-8") == "untouched" and not sig.is_symlink()
 
 
 def test_sign_refuses_an_inconsistent_certificate(tmp_path, capsys, signer):

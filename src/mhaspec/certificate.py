@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import pathlib
 import re
 import subprocess
+from collections import Counter
 from importlib import resources
 from typing import Any
 
@@ -44,21 +47,48 @@ def seal(body: dict) -> dict:
 
 def loads(text: str | bytes) -> Any:
     """Parse a certificate's JSON, refusing duplicate keys (a reader would see only the last),
-    NaN and Infinity (not JSON), numbers too long to parse and nesting too deep to parse; raises
-    :class:`CertificateError`."""
+    NaN and Infinity (not JSON), numbers too large for a float64 (``1e999`` would read as
+    infinity; a 400-digit integer cannot be formatted as a ratio), numbers too long to parse, nesting too deep to parse and strings that are not
+    Unicode text (a lone surrogate such as ``"\\ud800"``); raises :class:`CertificateError`."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys,
-                          parse_constant=_no_constant)
+        parsed = json.loads(text, object_pairs_hook=_no_duplicate_keys,
+                            parse_constant=_no_constant, parse_float=_finite_float,
+                            parse_int=_float_sized_int)
+        canonical(parsed)  # every string encodes as UTF-8 (linear: one pass)
     except RecursionError:
         raise CertificateError("JSON nested too deeply") from None
     except CertificateError:
         raise
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end].encode("unicode_escape").decode("ascii")
+        raise CertificateError(f"a string holds {bad}, a lone surrogate: not Unicode "
+                               f"text") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
         raise CertificateError(f"not JSON: {exc}") from None
+    return parsed
 
 
 def _no_constant(name: str):
     raise CertificateError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise CertificateError(f"the number {text[:40]} is too large for a float64 (it would read "
+                               f"as infinity)")
+    return value
+
+
+def _float_sized_int(text: str) -> int:
+    value = int(text)  # over 4300 digits: ValueError, reported as "not JSON"
+    if abs(value) > MAX_INT:
+        raise CertificateError(f"the integer {text[:40]}... is too large for a float64")
+    return value
+
+
+#: Largest integer a certificate may hold: float64's largest finite value, rounded down.
+MAX_INT = int(1.7976931348623157e308)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
@@ -116,15 +146,19 @@ def clauses_of_rendering(text: str) -> tuple[tuple[str, str, bool], ...]:
 
 def check_consistency(cert: dict) -> list[str]:
     """Check that ``cert`` (already :func:`verify`-ed) says only what its clauses support; returns
-    what was checked, one line each, or raises :class:`CertificateError`.
+    what was checked, one line each, or raises :class:`CertificateError`. Linear in the size of
+    the certificate.
 
     * the spec version is one this package knows (a release or the current version);
     * its clauses are exactly that version's clauses, each once, with their titles, and informative
       clauses are ``not-run``;
+    * each clause's verdict is one its record supports (:func:`check_clause`);
+    * every claimed device x dtype cell appears in some clause's ``ran_on`` or ``not_run_on``
+      (unless nothing was checked);
     * the summary's verdict and counts are those :func:`~mhaspec.conformance.verdicts.overall_verdict`
       and :func:`~mhaspec.conformance.verdicts.count_verdicts` compute from the clauses.
     """
-    from mhaspec.conformance.verdicts import count_verdicts, overall_verdict
+    from mhaspec.conformance.verdicts import NOT_CHECKED, count_verdicts, overall_verdict
 
     version = cert["spec"]["version"]
     known = released_clauses(version)
@@ -137,14 +171,16 @@ def check_consistency(cert: dict) -> list[str]:
     if cert["spec"].get("status", "released") != status:
         raise CertificateError(f"spec {version} is {status} here, the certificate says "
                                f"{cert['spec'].get('status', 'released')}")
-    recorded = [c["id"] for c in cert["clauses"]]
-    twice = sorted({i for i in recorded if recorded.count(i) > 1})
+    seen = Counter(c["id"] for c in cert["clauses"])
+    twice = sorted(i for i, n in seen.items() if n > 1)
     expected = {cid: (title, testable) for cid, title, testable in known}
-    missing = [cid for cid in expected if cid not in recorded]
-    unknown = sorted(set(recorded) - set(expected))
+    missing = [cid for cid in expected if cid not in seen]
+    unknown = sorted(set(seen) - set(expected))
     if twice or missing or unknown:
         raise CertificateError(f"the clauses are not those of spec {version}: "
-                               f"missing {missing}, unknown {unknown}, repeated {twice}")
+                               f"missing {missing[:20]}, unknown {unknown[:20]}, "
+                               f"repeated {twice[:20]}")
+    cells = {f"{d}/{t}" for d, v in cert["environment"]["devices"].items() for t in v["dtypes"]}
     for c in cert["clauses"]:
         title, testable = expected[c["id"]]
         if c["title"] != title:
@@ -153,6 +189,7 @@ def check_consistency(cert: dict) -> list[str]:
         if not testable and c["verdict"] != "not-run":
             raise CertificateError(f"clause {c['id']} is informative in spec {version} but has the "
                                    f"verdict {c['verdict']!r}")
+        check_clause(c, cert["backend"], cells)
     verdict, counts = overall_verdict(cert["clauses"]), count_verdicts(cert["clauses"])
     if cert["summary"]["verdict"] != verdict:
         raise CertificateError(f"the summary says {cert['summary']['verdict']!r}, its clauses give "
@@ -160,11 +197,47 @@ def check_consistency(cert: dict) -> list[str]:
     if cert["summary"]["counts"] != counts:
         raise CertificateError(f"the summary counts {cert['summary']['counts']} are not the clauses' "
                                f"{counts}")
+    covered = {x for c in cert["clauses"] for x in (*c["ran_on"], *c.get("not_run_on", ()))}
+    if verdict != NOT_CHECKED and cells - covered:
+        raise CertificateError(f"it claims {', '.join(sorted(cells - covered))}, where no clause "
+                               f"ran (nor is recorded as not run)")
     testable = sum(t for _, _, t in known)
     return [f"consistency: the {len(known)} clauses of spec {version} ({testable} testable) each "
             f"present once with their titles",
+            f"consistency: each clause's verdict is supported by its runs, the claimed "
+            f"capabilities and the declared deviations; every claimed cell "
+            f"({', '.join(sorted(cells)) or 'none'}) ran",
             f"consistency: the summary ({verdict}; {', '.join(f'{n} {v}' for v, n in counts.items())}) "
             f"is the one its clauses give"]
+
+
+def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
+    """Refuse (:class:`CertificateError`) a clause entry whose verdict its record does not
+    support: a pass needs at least one run, a cell it ran on and every capability the clause needs
+    (:data:`~mhaspec.conformance.clause_capabilities.NEEDS`) among the claimed ones; a deviation
+    (or stale deviation) needs a declared deviation of that clause (``ID`` or ``ID@op``); every
+    cell it ran on must be a claimed one (``cells``: ``device/dtype``)."""
+    from mhaspec.conformance.clause_capabilities import NEEDS
+
+    cid, verdict = clause["id"], clause["verdict"]
+    outside = sorted(set(clause["ran_on"]) - cells)
+    if outside:
+        raise CertificateError(f"clause {cid} ran on {', '.join(outside)}, which the certificate "
+                               f"does not claim")
+    if verdict == "pass":
+        if clause["runs"] < 1 or not clause["ran_on"]:
+            raise CertificateError(f"clause {cid} passes with {clause['runs']} runs on "
+                                   f"{clause['ran_on'] or 'no cell'}: a pass needs a run")
+        claimed = set(backend["capabilities"]).union(
+            *backend.get("capabilities_by_operation", {}).values())
+        lacking = sorted(NEEDS.get(cid, frozenset()) - claimed)
+        if lacking:
+            raise CertificateError(f"clause {cid} passes, but it needs {', '.join(lacking)}, "
+                                   f"which the backend does not claim")
+    if verdict in ("deviation", "stale-deviation") and not any(
+            key.partition("@")[0] == cid for key in backend["deviations"]):
+        raise CertificateError(f"clause {cid} has the verdict {verdict!r}, but the backend "
+                               f"declares no deviation of {cid}")
 
 
 def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
@@ -189,12 +262,23 @@ def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
     return lines[1]
 
 
+def signature_path(path: pathlib.Path) -> pathlib.Path:
+    """Where :func:`sign` writes the detached signature of the certificate ``path``."""
+    return pathlib.Path(f"{path}.sig")
+
+
 def sign(path: pathlib.Path, key: pathlib.Path) -> pathlib.Path:
     """Sign the certificate file ``path`` with the OpenSSH private ``key``; returns the detached
-    signature ``<path>.sig`` (``ssh-keygen -Y sign -n mhaspec-certificate``)."""
+    signature :func:`signature_path` (``ssh-keygen -Y sign -n mhaspec-certificate``). An existing
+    signature file is refused (ssh-keygen would keep it): the caller removes it first."""
+    sig = signature_path(path)
+    if os.path.lexists(sig):
+        raise CertificateError(f"{sig} exists: remove it first")
     # an absolute path: a file named like an option ("-h") stays a file name
     _ssh_keygen("-Y", "sign", "-f", str(key), "-n", SIGNATURE_NAMESPACE, str(path.absolute()))
-    return pathlib.Path(f"{path}.sig")
+    if not sig.is_file():
+        raise CertificateError(f"ssh-keygen reported success but wrote no {sig}")
+    return sig
 
 
 def check_signature(data: bytes, signature: pathlib.Path, allowed_signers: pathlib.Path,

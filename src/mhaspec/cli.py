@@ -3,7 +3,7 @@
     mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--output-dir DIR]
     mhaspec verify CERT.json [--markdown CERT.md]
                    [--signature CERT.json.sig --allowed-signers FILE --identity ID]
-    mhaspec sign CERT.json --key KEY
+    mhaspec sign CERT.json --key KEY [--force]
     mhaspec replay FAILURE.npz --backend NAME|module:attr | --recorded-backend [--max-bytes N]
     mhaspec backends
     mhaspec matrix | scoreboard | soak | bench | tolerance-study | errors-table | conventions [ARGS]
@@ -103,12 +103,23 @@ def cmd_verify(args) -> int:
 def cmd_sign(args) -> int:
     path = pathlib.Path(args.certificate)
     _, cert = _read_certificate(path, certificate.MAX_BYTES)
+    sig = certificate.signature_path(path)
+    existed = os.path.lexists(sig)
+    if existed and (sig.is_dir() and not sig.is_symlink()):
+        raise UsageError(f"signature path {printable(sig)} is a directory")
+    if existed and not args.force:
+        raise UsageError(f"{printable(sig)} exists and was left as it is: --force replaces it")
     try:
         certificate.check_consistency(cert)
-        sig = certificate.sign(path, pathlib.Path(args.key))
+        if existed:
+            sig.unlink()  # ssh-keygen would keep the old signature; a symlink is removed, not followed
+        certificate.sign(path, pathlib.Path(args.key))
     except certificate.CertificateError as exc:
         raise UsageError(f"{printable(path)}: {printable(one_line(exc), limit=400)}") from None
-    print(f"{printable(path)}: signed, signature {printable(sig)} (namespace "
+    except OSError as exc:
+        raise UsageError(f"cannot replace {printable(sig)}: {one_line(exc.strerror or exc)}") from None
+    print(f"{printable(path)}: signed, signature {printable(sig)} "
+          f"{'replaced the previous one' if existed else 'written'} (namespace "
           f"{certificate.SIGNATURE_NAMESPACE})")
     return 0
 
@@ -186,6 +197,7 @@ def parser() -> argparse.ArgumentParser:
                                    f"{certificate.SIGNATURE_NAMESPACE}).")
     s.add_argument("certificate", help="the certificate's JSON file")
     s.add_argument("--key", required=True, help="OpenSSH private key file (ssh-keygen -t ed25519)")
+    s.add_argument("--force", action="store_true", help="replace an existing CERT.sig")
     s.set_defaults(func=cmd_sign)
     r = sub.add_parser("replay", help="replay a saved failing case on a backend you name",
                        description="Rerun a saved failing case and print its error against the "
