@@ -58,20 +58,37 @@ def shared(which: str) -> str:
     return f"shared:{which}"
 
 
+#: kind -> the builder that checks its arguments and writes the extreme back
+_BUILDERS = {"subnormal": subnormal, "nonfinite": nonfinite, "masked-key": masked_key,
+             "shared": shared}
+
+
+def parse(extreme: str) -> tuple[str, list[str]]:
+    """``(kind, arguments)`` of an extreme as the module docstring defines it; ``ValueError`` for
+    any other string (a saved case is checked against this grammar before it is replayed)."""
+    kind, _, rest = str(extreme).partition(":")
+    args = rest.split(":", 1) if kind in ("subnormal", "nonfinite") else [rest]
+    builder = _BUILDERS.get(kind)
+    try:
+        if builder is None or builder(*args) != extreme:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"unknown extreme {extreme!r} (known: subnormal:<dtype>:query|value, "
+                         f"nonfinite:nan|inf|-inf:<array>, masked-key:nan|inf|-inf, "
+                         f"shared:{'|'.join(SHARED)})") from None
+    return kind, args
+
+
 def apply(case, extreme: str):
     """``case`` with ``extreme`` written into copies of its arrays."""
-    kind, _, rest = extreme.partition(":")
+    kind, args = parse(extreme)
     if kind == "subnormal":
-        dtype, which = rest.split(":")
-        return _subnormal(case, SMALLEST_NORMAL[dtype], which)
+        return _subnormal(case, SMALLEST_NORMAL[args[0]], args[1])
     if kind == "nonfinite":
-        value, array = rest.split(":")
-        return _nonfinite(case, NONFINITE[value], array)
+        return _nonfinite(case, NONFINITE[args[0]], args[1])
     if kind == "masked-key":
-        return _masked_key(case, NONFINITE[rest])
-    if kind == "shared":
-        return _shared(case, rest)
-    raise ValueError(f"unknown extreme {extreme!r}")
+        return _masked_key(case, NONFINITE[args[0]])
+    return _shared(case, args[0])
 
 
 def _subnormal(case, tiny: float, which: str):

@@ -35,6 +35,8 @@ import json
 import math
 import os
 import pathlib
+import re
+import tempfile
 import zipfile
 from typing import Any
 
@@ -43,7 +45,7 @@ import numpy as np
 from mhaspec.backends import ALL_DTYPES
 from mhaspec.spec import oracle
 
-from . import features
+from . import extremes, features
 from .features import INTEGER_ARRAYS, FeatureArrays, key_length
 from .strategies import Case, CaseSpec
 
@@ -66,6 +68,8 @@ INTEGER_FIELDS = INTEGER_ARRAYS
 META_FIELDS = frozenset({"format", "spec_version", "op", "clause", "backend", "device", "dtype",
                          "spec", "overrides"})
 OPTIONAL_META_FIELDS = frozenset({"aliases"})
+#: A device name as backends give them (``cpu``, ``cuda``, ``cuda:1``).
+DEVICE_NAME = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
 #: Most members a failure file may have (meta, six inputs, four masks, eight parameters, eight
 #: feature arrays).
 MAX_MEMBERS = 27
@@ -133,7 +137,16 @@ def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
             "spec": case.spec._asdict(), "aliases": aliases,
             "overrides": {k: v for k, v in overrides.items()
                           if v is None or isinstance(v, (bool, int, float, str))}}
-    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+    # written to a new file and renamed over ``path``: a symlink planted at ``path`` is replaced,
+    # never written through
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return path
 
 
@@ -246,6 +259,10 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
     if kv_heads is not None and (meta["op"] != "mha" or spec.heads % kv_heads):
         raise FailureFileError(f"{path}: num_kv_heads = {kv_heads} needs op 'mha' and must divide "
                                f"heads = {spec.heads}")
+    invalid = invalid_by_spec(spec, meta["dtype"])
+    if invalid:
+        raise FailureFileError(f"{path}: the recorded case is invalid input by the spec ({invalid}): "
+                               f"a backend must refuse it, there is nothing to replay")
     expected = expected_shapes(spec, kv_heads=kv_heads)
     aliases = meta.get("aliases", {})
     needed = ("q", "k", "v") if meta["op"] == "sdpa" else (
@@ -291,6 +308,23 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
                                f"(B, h, L_q, L_k) = {(spec.batch, spec.heads, spec.len_q, spec.len_k)}) "
                                f"would take {work} bytes, over the limit of {max_bytes} (raise it "
                                f"with --max-bytes)")
+
+
+def invalid_by_spec(spec: CaseSpec, dtype: str) -> str | None:
+    """Why the case ``spec`` in ``dtype`` is input the spec's ERR chapter calls invalid (a mask,
+    bias or legacy mask that does not broadcast to (B, h, L_q, L_K), ERR-7; a legacy mask with
+    float16 inputs, ERR-9), or None."""
+    full = (spec.batch, spec.heads, spec.len_q, key_length(spec))
+    for field in ("mask_shape", "bias_shape", "legacy_shape"):
+        shape = getattr(spec, field)
+        try:
+            if shape is not None and np.broadcast_shapes(tuple(shape), full) != full:
+                raise ValueError
+        except ValueError:
+            return f"ERR-7: {field} {tuple(shape)} does not broadcast to (B, h, L_q, L_k) = {full}"
+    if spec.legacy_shape is not None and dtype == "float16":
+        return "ERR-9: a legacy mask with float16 inputs"
+    return None
 
 
 def work_bytes(spec: CaseSpec) -> int:
@@ -356,6 +390,14 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
     for field in ("op", "clause", "backend", "device", "dtype"):
         if not isinstance(meta[field], str):
             raise FailureFileError(f"{path}: metadata {field!r} must be a string")
+    if not re.fullmatch(r"[A-Z]+-[0-9]+", meta["clause"]):
+        raise FailureFileError(f"{path}: metadata 'clause' must be a clause id such as MASK-1, "
+                               f"got {meta['clause']!r:.60}")
+    if not re.fullmatch(DEVICE_NAME, meta["device"]):
+        raise FailureFileError(f"{path}: metadata 'device' must be a device name ({DEVICE_NAME}), "
+                               f"got {meta['device']!r:.60}")
+    if len(meta["backend"]) > 500:
+        raise FailureFileError(f"{path}: metadata 'backend' is longer than 500 characters")
     if meta["op"] not in OPS:
         raise FailureFileError(f"{path}: unknown op {meta['op']!r} (known: {', '.join(OPS)})")
     if meta["dtype"] not in ALL_DTYPES:
@@ -364,11 +406,16 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
     if not isinstance(meta["spec"], dict):
         raise FailureFileError(f"{path}: metadata 'spec' must be an object")
     overrides = meta["overrides"]
-    if not isinstance(overrides, dict) or any(
-            k not in OVERRIDE_CHECKS or not OVERRIDE_CHECKS[k](v) for k, v in overrides.items()):
-        raise FailureFileError(f"{path}: metadata 'overrides' may set only {', '.join(OVERRIDE_CHECKS)} "
-                               f"(causal to an alignment or null, scale to a number or null, "
-                               f"num_kv_heads to a count, masks to null), got {overrides!r:.200}")
+    if not isinstance(overrides, dict):
+        raise FailureFileError(f"{path}: metadata 'overrides' must be an object")
+    bad = [f"{k}={v!r:.40}" for k, v in overrides.items()
+           if k not in OVERRIDE_CHECKS or not OVERRIDE_CHECKS[k](v)]
+    if bad:
+        raise FailureFileError(f"{path}: metadata 'overrides' has invalid entries {', '.join(bad)} "
+                               f"(it may set causal to an alignment or null, scale to a positive "
+                               f"finite number (ERR-10) or null, num_kv_heads to a count, softcap, "
+                               f"window and alignment as in 'spec', masks and feature arrays to "
+                               f"null)")
     aliases = meta.get("aliases", {})
     if not isinstance(aliases, dict) or any(
             k not in INPUTS or v not in INPUTS or INPUTS.index(v) >= INPUTS.index(k)
@@ -378,11 +425,12 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    keys = [k for k, _ in pairs]
-    dup = next((k for k in keys if keys.count(k) > 1), None)
-    if dup is not None:
-        raise FailureFileError(f"metadata has the key {dup!r} twice")
-    return dict(pairs)
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise FailureFileError(f"metadata has the key {key!r} twice")
+        out[key] = value
+    return out
 
 
 def _is_int(x, low: int = 1) -> bool:
@@ -391,6 +439,18 @@ def _is_int(x, low: int = 1) -> bool:
 
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_positive(x) -> bool:
+    return _is_number(x) and x > 0
+
+
+def _is_extreme(x) -> bool:
+    """An extreme of :mod:`.extremes`' grammar (``subnormal:float32:query``, ...)."""
+    try:
+        return isinstance(x, str) and len(x) <= 100 and extremes.parse(x) is not None
+    except ValueError:
+        return False
 
 
 def _is_shape(x) -> bool:
@@ -404,11 +464,11 @@ SPEC_FIELD_CHECKS = {
     **{f: (lambda x: isinstance(x, bool)) for f in ("self_attention", "use_bias",
                                                      "fully_masked_rows", "key_padding")},
     **{f: _is_shape for f in ("mask_shape", "bias_shape", "legacy_shape")},
-    "mask_density": _is_number, "logit_scale": _is_number,
-    "scale": lambda x: x is None or _is_number(x),
+    "mask_density": lambda x: _is_number(x) and 0 <= x <= 1, "logit_scale": _is_positive,
+    "scale": lambda x: x is None or _is_positive(x),  # ERR-10: a positive finite number
     "causal": lambda x: x is None or x in oracle.CAUSAL_ALIGNMENTS,
     "seed": lambda x: _is_int(x, low=0),
-    "extreme": lambda x: x is None or (isinstance(x, str) and len(x) <= 100),
+    "extreme": lambda x: x is None or _is_extreme(x),
     # spec 1.2 features (mhaspec.conformance.features)
     "kv_heads": lambda x: x is None or _is_int(x),
     "softcap": lambda x: x is None or (_is_number(x) and x > 0),

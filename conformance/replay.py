@@ -7,9 +7,14 @@
 
 from __future__ import annotations
 
+import math
+import warnings
+
+import numpy as np
+
 from mhaspec.backends import load_backend
 
-from . import harness
+from . import harness, tolerance
 from .strategies import Case, CaseSpec, build_case
 
 
@@ -24,12 +29,41 @@ def replay(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", dtype:
     return checks
 
 
+class Unjudgeable(ValueError):
+    """A case NUM-3 cannot judge: the oracle refuses it (input the spec calls invalid), or the
+    allowance NUM-3 gives is not finite (inputs that overflow the naive algorithm's dtype, where
+    any result would pass)."""
+
+
+def judgeable_reference(impl: harness.Impl, case: Case, op: str,
+                        overrides: dict) -> harness.Reference:
+    """The oracle and naive results that judge ``op`` on ``case`` in ``impl``'s dtype, computed
+    before the backend runs; :class:`Unjudgeable` when the case cannot be judged. The allowance
+    is found by judging the oracle's own result (error 0) with the suite's one judgement."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            ref = harness.reference(case, op, impl.dtype, overrides)
+            checks = harness.check(impl, case, ref.expected, op=op, clause="replay",
+                                   overrides=overrides, ref=ref)
+        except (ValueError, AssertionError) as exc:
+            raise Unjudgeable(f"the spec's oracle refuses it: {' '.join(str(exc).split())}") from None
+    for c in checks:
+        if not math.isfinite(c.verdict.allowed):
+            raise Unjudgeable(f"NUM-3 allows an infinite error in its {c.what} (the naive "
+                              f"algorithm's error is {c.verdict.ref_error:.3g}: its inputs overflow "
+                              f"{tolerance.naive_precision(impl.dtype)}), so any result would pass")
+    return ref
+
+
 def judge_case(impl: harness.Impl, case: Case, op: str, overrides: dict, *,
                clause: str = "replay") -> list[harness.Check]:
     """Run ``op`` of ``impl`` on ``case`` and judge it (the suite's one run and one judgement);
-    the backend's own exceptions pass through."""
+    :class:`Unjudgeable` before the backend runs for a case that cannot be judged; the backend's
+    own exceptions pass through."""
+    ref = judgeable_reference(impl, case, op, overrides)
     got = harness.run(impl, op, case, **overrides)
-    return harness.check(impl, case, got, op=op, clause=clause, overrides=overrides)
+    return harness.check(impl, case, got, op=op, clause=clause, overrides=overrides, ref=ref)
 
 
 def describe(impl_id: str, op: str, checks: list[harness.Check]) -> list[str]:

@@ -384,6 +384,20 @@ BAD_META = {  # what -> (the change to a valid file's meta, a word the refusal m
     "an array override": ({"overrides": {"mask": [True]}}, "'overrides'"),
     "an alias over a stored input": ({"aliases": {"key": "query"}}, "alias 'key'"),
     "a bad alias": ({"aliases": {"query": "value"}}, "'aliases'"),
+    # issue 22, item 8: every field against its grammar; input the spec calls invalid is refused
+    "an unknown extreme": ({"spec": {"extreme": "bogus"}}, "['extreme']"),
+    "an extreme of an unknown array": ({"spec": {"extreme": "nonfinite:nan:w_z"}}, "['extreme']"),
+    "an extreme with an extra part": ({"spec": {"extreme": "masked-key:nan:q"}}, "['extreme']"),
+    "a scale of 0 (ERR-10)": ({"overrides": {"scale": 0}}, "scale=0"),
+    "an infinite scale": ({"overrides": {"scale": 1e309}}, "scale=inf"),
+    "a negative scale in the spec": ({"spec": {"scale": -1.0}}, "['scale']"),
+    "a negative logit scale": ({"spec": {"logit_scale": -4.0}}, "['logit_scale']"),
+    "a mask density over 1": ({"spec": {"mask_density": 2.0}}, "['mask_density']"),
+    "a clause that is no clause id": ({"clause": "MASK-1; rm -rf"}, "'clause'"),
+    "a device that is no device name": ({"device": "cpu\u001b[2J"}, "'device'"),
+    "a mask that does not broadcast (ERR-7)": ({"spec": {"mask_shape": [5, 1, 3, 3]}}, "ERR-7"),
+    "a legacy mask in float16 (ERR-9)": ({"dtype": "float16", "spec": {"legacy_shape": [3, 3]}},
+                                         "ERR-9"),
 }
 
 
@@ -405,6 +419,36 @@ def test_malformed_metadata_is_a_usage_error(tmp_path, capsys, what):
     rewrite(path, meta=meta)
     assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", "numpy-batched"),
                        str(path), word)
+
+
+def test_logits_that_overflow_the_naive_algorithm_are_not_judged(tmp_path, capsys, monkeypatch):
+    """Old: q and k of magnitude 1e154 (logits near 1e308) overflow the float32 naive algorithm,
+    NUM-3 allowed an infinite error and a backend off by one "conformed" (exit status 0)."""
+    (tmp_path / "wrong_backend.py").write_text(WRONG_BACKEND, "utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    case = build_case(CASE)
+    path = rewrite(saved_case(tmp_path), q=case.q * 1e154, k=case.k * 1e154)
+    for backend in ("wrong_backend:BACKEND", "numpy-batched"):
+        assert_usage_error(run_cli(capsys, "replay", str(path), "--backend", backend),
+                           "infinite error", "not replayed")
+    # the same file with ordinary magnitudes is judged
+    path = rewrite(path, q=case.q * 10, k=case.k * 10)
+    assert run_cli(capsys, "replay", str(path), "--backend", "wrong_backend:BACKEND")[0] == 1
+
+
+def test_a_failure_file_is_never_written_through_a_planted_symlink(tmp_path):
+    """Old: save_case wrote through a symlink planted in NAME-failures/ (a file outside the
+    output directory was overwritten with a zip)."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me", "utf-8")
+    failures = tmp_path / "failures"
+    failures.mkdir()
+    (failures / "case.npz").symlink_to(outside)
+    path = saved_case(failures)
+    assert outside.read_text("utf-8") == "keep me"
+    assert not path.is_symlink() and zipfile.is_zipfile(path)
+    assert sorted(p.name for p in failures.iterdir()) == ["case.npz"]  # no temporary file left
+    failure_file.read_case(path)
 
 
 def test_an_alias_to_an_input_the_file_lacks_is_a_usage_error(tmp_path, capsys):

@@ -38,7 +38,7 @@ def replay(path, *, backend: str | None = None, recorded_backend: bool = False,
     """Replay the case saved at ``path``: 0 if the backend now conforms on it, 1 if it still
     fails; a :class:`UsageError` for a file or backend that cannot be used."""
     from mhaspec.conformance import failure_file, harness
-    from mhaspec.conformance.replay import describe
+    from mhaspec.conformance.replay import Unjudgeable, describe, judgeable_reference
 
     try:
         meta, case = failure_file.read_case(path, max_bytes=max_bytes)
@@ -54,9 +54,14 @@ def replay(path, *, backend: str | None = None, recorded_backend: bool = False,
     if dtype not in impl.dtypes(device):
         raise UsageError(f"the case was recorded in {dtype}, which {printable(impl.name)} does not "
                          f"claim on {printable(device)}")
+    run = harness.Impl(impl, device, dtype)
+    try:
+        ref = judgeable_reference(run, case, meta["op"], meta["overrides"])
+    except Unjudgeable as exc:
+        raise UsageError(f"{printable(path)}: the recorded case is not replayed: "
+                         f"{printable(exc, limit=400)}") from None
     print(f"replaying {printable(meta['clause'])} ({meta['op']}) from {printable(path)} on "
           f"{printable(impl.name)} ({device}, {dtype})")
-    run = harness.Impl(impl, device, dtype)
     try:
         got = harness.run(run, meta["op"], case, **meta["overrides"])
     except Exception as exc:  # noqa: BLE001 - the backend's error is the replayed failure
@@ -65,7 +70,7 @@ def replay(path, *, backend: str | None = None, recorded_backend: bool = False,
         return 1
     try:
         checks = harness.check(run, case, got, op=meta["op"], clause=meta["clause"],
-                               overrides=meta["overrides"])
+                               overrides=meta["overrides"], ref=ref)
     except AssertionError as exc:  # a result of the wrong shape
         print(f"{printable(impl.name)} {meta['op']}: {printable(exc, limit=2000)}: DOES NOT CONFORM")
         return 1
