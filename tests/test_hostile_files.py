@@ -996,6 +996,34 @@ def test_every_tools_argument_errors_are_one_line(tool):
     assert len(lines) == 1 and lines[0].startswith("mhaspec: error: "), proc.stderr[-2000:]
 
 
+TOOL_MISUSES = {  # issue 22, Low: each gave a traceback or exit status 0 without a word
+    "errors-table, unknown backend": (["errors-table", "nosuch_module_x:B"], "nosuch_module_x"),
+    "errors-table, unknown dtype": (["errors-table", "--dtype", "bogus"], "--dtype"),
+    "errors-table, unclaimed dtype": (["errors-table", "numpy-batched", "--dtype", "bfloat16"],
+                                      "--dtype bfloat16"),
+    "conventions, unknown backend": (["conventions", "nosuch_module_x:B"], "nosuch_module_x"),
+    "soak, missing summary": (["soak", "--merge", "NOFILE.json"], "NOFILE.json"),
+    "soak, not a summary": (["soak", "--merge", "NOTSUMMARY.json"], "not soak summaries"),
+    "soak, zero jobs": (["soak", "--jobs", "0", "--backend", "numpy-batched"], "--jobs"),
+    "soak, unknown backend": (["soak", "--seconds", "1", "--backend", "nosuch_module_x:B"],
+                              "nosuch_module_x"),
+    "soak, no time": (["soak", "--seconds", "0"], "--seconds"),
+    "tolerance-study, negative cases": (["tolerance-study", "--cases", "-1"], "--cases"),
+    "tolerance-study, unknown backend": (["tolerance-study", "--backend", "nosuch_module_x:B"],
+                                         "nosuch_module_x"),
+}
+
+
+@pytest.mark.parametrize("misuse", TOOL_MISUSES)
+def test_tool_subcommands_refuse_bad_arguments_in_one_line(tmp_path, capsys, monkeypatch, misuse):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "NOTSUMMARY.json").write_text('{"rounds": 3}', "utf-8")
+    args, word = TOOL_MISUSES[misuse]
+    assert_usage_error(run_cli(capsys, *args, *(["--output-dir", "soak"] if args[0] == "soak"
+                                               else [])), word)
+    assert not (tmp_path / "soak" / "summary.json").exists()
+
+
 def test_verify_rejects_a_draft_spec_passed_off_as_released(tmp_path, capsys, monkeypatch):
     """A certificate against the current draft must say so: "released" (or no status) is refused.
     The current version is made a draft for the test (it may be released in this checkout)."""

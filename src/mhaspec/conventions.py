@@ -73,7 +73,7 @@ def confirm(adapter) -> list[Confirmation]:
 def _adapters(refs: list[str]) -> list:
     """The named backends, or every registered one that declares conventions and loads."""
     if refs:
-        return [load_backend(ref) for ref in refs]
+        return [usage.load_backend(ref) for ref in refs]
     loaded = []
     for name in sorted(registered_backends()):
         try:

@@ -8,15 +8,17 @@ from __future__ import annotations
 import sys
 
 from mhaspec import generated, usage
-from mhaspec.backends import load_backend
-
+from mhaspec.backends import ALL_DTYPES
 from mhaspec.conformance import harness
 from mhaspec.conformance.test_errors import BAD_INPUTS, invalid_call
 from mhaspec.spec import SPEC_VERSION
 
 
 def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
-    backend = load_backend(backend_ref)
+    backend = usage.load_backend(backend_ref)
+    if dtype not in backend.dtypes("cpu"):
+        raise usage.UsageError(f"--dtype {dtype}: {usage.printable(backend.name)} does not claim "
+                               f"it on cpu (it claims {', '.join(backend.dtypes('cpu'))})")
     lines = [generated.marker(SPEC_VERSION),
              f"Generated with `{backend.name}` ({dtype}; float16 for ERR-9, which only applies "
              f"there) by `mhaspec errors-table`, against mhaspec {SPEC_VERSION}.", "",
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = usage.ArgumentParser(prog="mhaspec errors-table", description=__doc__.split("\n\n")[0])
     parser.add_argument("backend", nargs="?", default="numpy-batched",
                         help="registered backend name or module:attr (default numpy-batched)")
-    parser.add_argument("--dtype", default="float32", help="dtype of the calls (default float32)")
+    parser.add_argument("--dtype", default="float32", choices=ALL_DTYPES,
+                        help="dtype of the calls (default float32)")
     args = parser.parse_args(argv)
     sys.stdout.write(render(args.backend, args.dtype))
     return 0

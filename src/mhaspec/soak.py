@@ -53,24 +53,24 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = usage.ArgumentParser(prog="mhaspec soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", action="append", default=[], metavar="NAME|module:attr",
                    help="backend to soak (repeatable); default: every registered backend that imports")
-    p.add_argument("--seconds", type=float,
+    p.add_argument("--seconds", type=usage.positive_seconds,
                    default=float(os.environ.get("MHASPEC_SOAK_SECONDS", 3600)),
                    help="time budget in seconds (env MHASPEC_SOAK_SECONDS, default 3600)")
-    p.add_argument("--examples", type=int,
+    p.add_argument("--examples", type=usage.at_least(1),
                    default=int(os.environ.get("MHASPEC_SOAK_EXAMPLES", 20_000)),
                    help="stop once every backend x dtype has run this many Hypothesis examples "
                         "(env MHASPEC_SOAK_EXAMPLES, default 20000)")
-    p.add_argument("--per-test", type=int, default=100, metavar="N",
+    p.add_argument("--per-test", type=usage.at_least(1), default=100, metavar="N",
                    help="Hypothesis examples per test in each round (default 100, the certify "
                         "profile's); more per round spends less of the budget on start-up and "
                         "compilation")
-    p.add_argument("--max-per-test", type=int, default=None, metavar="N",
+    p.add_argument("--max-per-test", type=usage.at_least(1), default=None, metavar="N",
                    help="cap on the examples per test of a backend's later rounds, which are sized "
                         "from its earlier ones to just reach the target (default 2 x --per-test)")
     p.add_argument("--resume", action="store_true",
                    help="continue the soak whose summary.json is in --output-dir: its counts, "
                         "rounds and failures carry on")
-    p.add_argument("--jobs", type=int, default=1, metavar="J",
+    p.add_argument("--jobs", type=usage.at_least(1), default=1, metavar="J",
                    help="rounds run at the same time, each on a different backend (default 1)")
     p.add_argument("--dtypes", default=None, metavar="D1,D2", help="only these dtypes")
     p.add_argument("--shapes", default="menu", choices=("menu", "free"),
@@ -282,9 +282,16 @@ def _record(summary: dict, rnd: _Round, remaining: list[str], target: int) -> No
 
 def main(argv: list[str] | None = None) -> int:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
+    for ref in args.backend:
+        usage.load_backend(ref)  # a backend that cannot load is one line before anything runs
     args.output_dir.mkdir(parents=True, exist_ok=True)
     if args.merge:
-        summary = merge([json.loads(path.read_text("utf-8")) for path in args.merge])
+        summaries = [usage.read_json(path, "soak summary") for path in args.merge]
+        try:
+            summary = merge(summaries)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise usage.UsageError(f"--merge: not soak summaries (summary.json of mhaspec soak): "
+                                   f"{type(exc).__name__}: {usage.one_line(exc)}") from None
         (args.output_dir / "summary.json").write_text(json.dumps(summary, indent=1), "utf-8")
         (args.output_dir / "summary.md").write_text(markdown(summary), "utf-8")
         print(_table(summary))

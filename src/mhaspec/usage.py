@@ -43,6 +43,44 @@ def printable(text: object, limit: int = 200) -> str:
     return out if len(out) <= limit else out[:limit] + "..."
 
 
+def at_least(low: int):
+    """An argparse ``type``: an integer of at least ``low`` (``--cases -1`` is one line, exit 2)."""
+    def count(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    count.__name__ = f"integer >= {low}"
+    return count
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type``: a positive finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def read_json(path, what: str):
+    """The JSON in file ``path``: a :class:`UsageError` naming ``what`` when it cannot be read or
+    parsed."""
+    import json
+
+    try:
+        return json.loads(pathlib.Path(path).read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot read {what} {printable(path)}: {one_line(reason)}") from None
+
+
 def fail(message: str) -> NoReturn:
     """Print ``message`` as a usage error and exit with status 2 (for a tool's ``main``)."""
     print(f"mhaspec: error: {one_line(message)}", file=sys.stderr)
