@@ -44,6 +44,7 @@ class Hangs(HeadsOnly):
 
 
 HEADS = HeadsOnly()
+TWIN = HeadsOnly()  # another reference, the same name
 UP_TWO = HeadsOnly("../../escaped")
 ABSOLUTE = HeadsOnly(ABSOLUTE_NAME)
 HANGS = Hangs("hangs")
@@ -206,3 +207,34 @@ def test_every_conformance_test_calls_the_backend_under_the_time_limit():
                  for n, line in enumerate(path.read_text("utf-8").splitlines(), 1)
                  if direct.search(line)]
     assert not offenders, offenders
+
+
+def test_a_certificate_names_no_machine_path_and_is_not_replaced_by_a_namesake(work):
+    """Old: ``pytest_args`` held the absolute temporary ini and rootdir (and the output folder),
+    and a backend of the same name from another module silently overwrote the certificate."""
+    proc = certify(work, "HEADS", "--output-dir", str(work / "certs"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    first = (work / "certs" / "heads-only.json").read_text("utf-8")
+    args = json.loads(first)["run"]["pytest_args"]
+    assert not [a for a in args if os.path.isabs(a) or str(work) in a or "mhaspec-run-" in a], args
+    assert args[-4:] == ["-c", "<tmp>/pytest.ini", "--rootdir", "<tmp>"], args
+    assert "<output-dir>/heads-only-failures" in args, args
+    twin = certify(work, "TWIN", "--output-dir", str(work / "certs"))
+    assert_usage_error(twin, "heads-only.json", "hostile:HEADS", "overwrite")
+    assert (work / "certs" / "heads-only.json").read_text("utf-8") == first
+
+
+def test_only_a_certificate_of_the_same_reference_is_replaced(tmp_path):
+    from mhaspec import certificate
+    from mhaspec.certify import check_not_another_backends
+    from mhaspec.usage import UsageError
+
+    path = tmp_path / "b.json"
+    check_not_another_backends(path, "pkg:B")  # absent
+    path.write_text(json.dumps(certificate.seal({"backend": {"ref": "pkg:B"}})), "utf-8")
+    check_not_another_backends(path, "pkg:B")  # the same backend: re-certified, replaced
+    with pytest.raises(UsageError, match="certificate of pkg:B"):
+        check_not_another_backends(path, "other:B")
+    path.write_text("notes of my own", "utf-8")
+    with pytest.raises(UsageError, match="not a certificate"):
+        check_not_another_backends(path, "pkg:B")

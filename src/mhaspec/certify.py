@@ -1,6 +1,7 @@
 """``mhaspec certify``: run the conformance suite on one backend and write its certificate.
 
-The certificate records what RAN, not what was asked for: the exact pytest arguments, the
+The certificate records what RAN, not what was asked for: the exact pytest arguments (the run's
+temporary directory written ``<tmp>``, the failures folder ``<output-dir>/NAME-failures``), the
 selection (``-k``, ``-m``, ``--deselect``, ``--mhaspec-dtypes``) and the items of claimed cells
 that did not run, the Hypothesis settings the run used (profile, seed, max_examples, derandomize,
 phases) and the per-call time limit. The verdict comes from
@@ -10,7 +11,7 @@ whose testable clauses did not all run makes it "incomplete".
 Every file written stays inside ``--output-dir``: the backend's name is reduced to a safe file name
 (:func:`file_stem`; the real name stays inside the certificate), and the outputs are checked
 before the suite runs (a usage error, exit status 2, when the directory is a file or read-only or
-a target path is a directory). The suite runs in-process through :mod:`mhaspec.runner`, isolated
+a target path is a directory, or the certificate there is another backend's). The suite runs in-process through :mod:`mhaspec.runner`, isolated
 from the caller's pytest configuration, with the backend loaded once.
 """
 
@@ -54,6 +55,39 @@ def output_paths(out_dir, name: str) -> dict[str, pathlib.Path]:
     if paths["failures"].exists() and not paths["failures"].is_dir():
         raise UsageError(f"failures folder {printable(paths['failures'])} is a file")
     return paths
+
+
+def check_not_another_backends(path: pathlib.Path, ref: str) -> None:
+    """Refuse (:class:`UsageError`) to overwrite ``path`` unless it is absent or a certificate of
+    the same backend reference ``ref``: re-certifying a backend replaces its certificate, but a
+    backend whose name reduces to the same file name (``numpy-batched`` from another module) must
+    not silently replace another backend's."""
+    if not path.exists():
+        return
+    try:
+        recorded = certificate.loads(path.read_bytes())["backend"]["ref"]
+    except (OSError, certificate.CertificateError, KeyError, TypeError):
+        recorded = None
+    if recorded != ref:
+        what = ("the certificate of " + printable(recorded) if isinstance(recorded, str)
+                else "not a certificate")
+        raise UsageError(f"{printable(path)} is {what}, not of {printable(ref)}: certifying "
+                         f"would overwrite it; choose another --output-dir or remove it")
+
+
+def recorded_args(args: list[str], failures: pathlib.Path) -> list[str]:
+    """The pytest arguments as a certificate records them: the run's temporary directory (its
+    ini file and ``--rootdir``) written ``<tmp>``, the failures folder ``<output-dir>/NAME-failures``,
+    so a certificate names no path of the machine that issued it."""
+    tmp = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--rootdir"), None)
+    out = []
+    for arg in args:
+        if arg == str(failures):
+            arg = f"<output-dir>/{failures.name}"
+        elif tmp and (arg == tmp or arg.startswith(tmp + "/")):
+            arg = "<tmp>" + arg[len(tmp):]
+        out.append(arg)
+    return out
 
 
 def device_name(backend, device: str) -> str:
@@ -115,6 +149,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
 
     backend = load_backend(ref)
     paths = output_paths(output_dir, backend.name)
+    check_not_another_backends(paths["json"], ref)
     seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
     spec = load_spec()
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
@@ -157,7 +192,8 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
                        "phases": hyp["phases"],
                        "backend_calls": sum(r.get("calls", 0) for r in results),
                        "examples": sum(r.get("examples", 0) for r in results)},
-        "run": {"pytest_args": list(run.args), "pytest_exit_status": run.exit_code,
+        "run": {"pytest_args": recorded_args(list(run.args), paths["failures"]),
+                "pytest_exit_status": run.exit_code,
                 "selection": collector.selection,
                 "call_timeout_s": collector.call_timeout,
                 "tests_run": len(results), "tests_not_run": len(not_run),
