@@ -14,6 +14,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -449,6 +450,28 @@ def test_a_failure_file_is_never_written_through_a_planted_symlink(tmp_path):
     assert not path.is_symlink() and zipfile.is_zipfile(path)
     assert sorted(p.name for p in failures.iterdir()) == ["case.npz"]  # no temporary file left
     failure_file.read_case(path)
+
+
+def _sentence(text: str, opening: str) -> str:
+    start = text.index(opening)
+    return text[start:text.index("\n\n", start)]
+
+
+def test_the_docs_list_the_members_and_overrides_a_failure_file_may_hold():
+    """Old: docs/certificates.md said 19 members and the overrides of spec 1.1; the reader accepts
+    27 members and spec 1.2's features."""
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "certificates.md").read_text("utf-8")
+    assert f"more members than a case can\n  ({failure_file.MAX_MEMBERS})" in text
+    members = re.findall(r"`(\w+)`", _sentence(text, "The members a failure file may hold"))
+    known = ["meta", *failure_file.ARRAY_FIELDS, *failure_file.PARAMS, *failure_file.FEATURE_FIELDS]
+    assert members == known and len(known) == failure_file.MAX_MEMBERS
+    overrides = _sentence(text, "The overrides a failure file may record")
+    valued, _, cleared = overrides.partition("set to null only")
+    cleared_only = {k for k, check in failure_file.OVERRIDE_CHECKS.items() if not check(1.0)
+                    and not check("top_left") and not check([1, 1]) and not check(2)}
+    assert set(re.findall(r"`(\w+)`", cleared)) == cleared_only
+    assert set(re.findall(r"`(\w+)`", valued)) - {"spec"} == (
+        set(failure_file.OVERRIDE_CHECKS) - cleared_only)
 
 
 def test_an_alias_to_an_input_the_file_lacks_is_a_usage_error(tmp_path, capsys):
