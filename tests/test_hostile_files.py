@@ -1069,3 +1069,25 @@ def test_verify_refuses_a_certificate_of_a_draft_since_released(tmp_path, capsys
     path.write_text(json.dumps(certificate.seal(body)), "utf-8")
     assert_usage_error(run_cli(capsys, "verify", str(path)), "has since been released",
                        "re-issue")
+
+
+@pytest.mark.parametrize("bias_dtype", ["float64", "float16"])
+@pytest.mark.parametrize("backend", ["numpy-batched", "numpy-perhead"])
+def test_a_bias_of_another_dtype_is_rounded_to_the_inputs_dtype_as_documented(backend, bias_dtype):
+    """Issue 22, Low: a float64 or float16 bias with float32 q was accepted without a word. Spec 1.2
+    is silent (MASK-2: "a float array"; ERR-8 names query/key/value), so the behaviour is stated in
+    docs/conventions.md and pinned here: accepted, the result in the inputs' dtype, within rounding
+    of the call with the bias rounded to the inputs' dtype first (the naive algorithm's order)."""
+    from mhaspec.backends import load_backend
+
+    impl = load_backend(backend)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 2, 3, 4)).astype(np.float32) for _ in range(3))
+    bias = (rng.standard_normal((3, 3)) * 3).astype(bias_dtype)
+    out, weights = impl.scaled_dot_product_attention(q, k, v, bias=bias)
+    want, want_weights = impl.scaled_dot_product_attention(q, k, v, bias=bias.astype(np.float32))
+    assert out.dtype == np.float32 and weights.dtype == np.float32
+    np.testing.assert_allclose(out, want, rtol=2e-6, atol=2e-6)  # one float32 rounding apart
+    np.testing.assert_allclose(weights, want_weights, rtol=2e-6, atol=2e-6)
+    docs = (pathlib.Path(__file__).parents[1] / "docs" / "conventions.md").read_text("utf-8")
+    assert "**A `bias` in another floating dtype than the inputs**" in docs
