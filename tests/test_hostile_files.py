@@ -679,6 +679,15 @@ def _pass_unclaimed(body):
     body["backend"]["capabilities"] = ["heads"]
 
 
+def _pass_claiming_nothing(body):
+    """Only clauses that need no capability of their own pass (NUM-1, SHAPE-4, ...)."""
+    body["backend"]["capabilities"] = []
+    for c in body["clauses"]:
+        if NEEDS.get(c["id"]) and c["verdict"] == "pass":
+            c.update(verdict="not-implemented", ran_on=[])
+    body["summary"]["counts"] = count_verdicts(body["clauses"])
+
+
 def _claimed_cell_never_ran(body):
     body["environment"]["devices"]["cpu"]["dtypes"] = ["float64", "float32"]
 
@@ -700,6 +709,7 @@ FORGERIES = {"a failing clause under conforms": (_fail_one, "summary"),
              "a pass with 0 runs": (_pass_without_runs, "a pass needs a run"),
              "a pass that ran on no cell": (_pass_without_a_cell, "a pass needs a run"),
              "a pass of an unclaimed capability": (_pass_unclaimed, "does not claim"),
+             "a pass with no capability claimed": (_pass_claiming_nothing, "claims no capability"),
              "a claimed cell no clause ran on": (_claimed_cell_never_ran, "cpu/float32"),
              "a run on an unclaimed cell": (_ran_on_unclaimed_cell, "cuda/float64")}
 

@@ -213,7 +213,8 @@ def check_consistency(cert: dict) -> list[str]:
 
 def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
     """Refuse (:class:`CertificateError`) a clause entry whose verdict its record does not
-    support: a pass needs at least one run, a cell it ran on and every capability the clause needs
+    support: a pass needs at least one run, a cell it ran on, a claimed capability (every test
+    requires one) and every capability the clause needs
     (:data:`~mhaspec.conformance.clause_capabilities.NEEDS`) among the claimed ones; a deviation
     (or stale deviation) needs a declared deviation of that clause (``ID`` or ``ID@op``); every
     cell it ran on must be a claimed one (``cells``: ``device/dtype``)."""
@@ -230,6 +231,9 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
                                    f"{clause['ran_on'] or 'no cell'}: a pass needs a run")
         claimed = set(backend["capabilities"]).union(
             *backend.get("capabilities_by_operation", {}).values())
+        if not claimed:
+            raise CertificateError(f"clause {cid} passes, but the backend claims no capability: "
+                                   f"no test can have run")
         lacking = sorted(NEEDS.get(cid, frozenset()) - claimed)
         if lacking:
             raise CertificateError(f"clause {cid} passes, but it needs {', '.join(lacking)}, "
