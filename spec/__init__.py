@@ -26,6 +26,24 @@ class Clause:
 
 
 @dataclass(frozen=True)
+class Erratum:
+    """An informative note on a released version (errata policy, rule 8): what its text gets wrong
+    or leaves out, published without touching the frozen text. ``applies_to`` holds clause or
+    chapter ids; ``evidence`` the tests that show the fact (``path::test``)."""
+
+    id: str
+    version: str
+    applies_to: tuple[str, ...]
+    title: str
+    text: str
+    evidence: tuple[str, ...]
+
+    @property
+    def anchor(self) -> str:
+        return f"erratum-{self.version.replace('.', '-')}-{self.id}"
+
+
+@dataclass(frozen=True)
 class Chapter:
     id: str
     title: str
@@ -44,6 +62,7 @@ class Spec:
     chapters: tuple[Chapter, ...]
     clauses: tuple[Clause, ...]
     status: str  # one of STATUSES
+    errata: tuple[Erratum, ...] = ()
 
     @property
     def is_draft(self) -> bool:
@@ -54,6 +73,9 @@ class Spec:
             if c.id == clause_id:
                 return c
         raise KeyError(f"no clause {clause_id!r} in {self.name} {self.version}")
+
+    def errata_of(self, clause_or_chapter: str) -> tuple[Erratum, ...]:
+        return tuple(e for e in self.errata if clause_or_chapter in e.applies_to)
 
     @property
     def testable_ids(self) -> tuple[str, ...]:
@@ -76,11 +98,20 @@ def parse(text: str) -> Spec:
         if c.chapter not in chapter_ids or not c.id.startswith(c.chapter + "-"):
             raise ValueError(f"clause {c.id!r} does not belong to a declared chapter ({c.chapter!r})")
         seen.add(c.id)
+    errata = tuple(
+        Erratum(e["id"], e["version"], tuple(e["applies_to"]), e["title"], e["text"].strip(),
+                tuple(e.get("evidence", ()))) for e in data.get("erratum", ()))
+    for e in errata:
+        unknown = set(e.applies_to) - seen - chapter_ids
+        if unknown or not e.applies_to:
+            raise ValueError(f"erratum {e.id!r} applies to unknown clauses or chapters {sorted(unknown)}")
+    if len({(e.version, e.id) for e in errata}) != len(errata):
+        raise ValueError("duplicate erratum id")
     meta = data["spec"]
     status = meta.get("status")
     if status not in STATUSES:
         raise ValueError(f"[spec] status must be one of {STATUSES}, got {status!r}")
-    return Spec(meta["name"], meta["version"], meta["title"], chapters, clauses, status)
+    return Spec(meta["name"], meta["version"], meta["title"], chapters, clauses, status, errata)
 
 
 @lru_cache(maxsize=1)

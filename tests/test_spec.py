@@ -151,3 +151,51 @@ def test_released_clause_ids_are_kept(version):
     released = set(re.findall(r"^### ([A-Z]+-\d+):", text, re.M))
     assert released, "no clause headings found"
     assert released <= {c.id for c in load().clauses}, "a released clause id was removed"
+
+
+# -- erratum notes (errata policy, rule 8)
+
+def test_erratum_notes_leave_the_released_text_as_it_is():
+    """The notes are added around the clauses on the site; removing them gives the rendering
+    exactly, and each sits after the clause (or chapter introduction) it applies to first."""
+    import dataclasses
+    import re
+
+    from mhaspec.spec.render import annotate_errata
+
+    spec = load()
+    text = render_markdown(spec)
+    assert annotate_errata(text, dataclasses.replace(spec, errata=())) == text
+    annotated = annotate_errata(text, spec, link="../errata.md")
+    stripped = re.sub(r"\n*!!! warning \"Erratum [^\n]*\n(?:(?:    [^\n]*|)\n)*?(?=\S)", "\n\n",
+                      annotated)
+    assert re.sub(r"\n{3,}", "\n\n", stripped) == re.sub(r"\n{3,}", "\n\n", text)
+    for e in spec.errata:
+        assert e.version in FROZEN, f"erratum {e.id} names {e.version}, not a released version"
+        note = annotated.index(f"{e.title}\"\n    {e.text.splitlines()[0]}")
+        heading = annotated.rindex("{#", 0, note)
+        assert annotated.startswith(e.applies_to[0] + "}", heading + 2), (e.id, e.applies_to)
+
+
+def test_erratum_evidence_names_tests_that_exist():
+    import ast
+
+    for e in load().errata:
+        assert e.evidence, f"erratum {e.id} names no test"
+        for ref in e.evidence:
+            path, _, name = ref.partition("::")
+            tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+            assert name in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, ref
+
+
+def test_an_erratum_of_an_unknown_clause_is_rejected():
+    toml = MINIMAL.format(status="released") + """
+[[erratum]]
+id = "E1"
+version = "9.9"
+applies_to = ["B-1"]
+title = "t"
+text = "t"
+"""
+    with pytest.raises(ValueError, match="erratum 'E1' applies to unknown"):
+        parse(toml)

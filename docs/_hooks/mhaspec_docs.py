@@ -30,7 +30,7 @@ import mhaspec.spec as spec_pkg
 from latex2mathml.converter import convert as latex_to_mathml
 from mhaspec import generated
 from mhaspec.spec import load
-from mhaspec.spec.render import render_markdown
+from mhaspec.spec.render import annotate_errata, render_errata, render_markdown
 
 SPEC_DIR = pathlib.Path(spec_pkg.__file__).parent
 RENDERED = re.compile(r"mhaspec-(?P<version>\d+(?:\.\d+)*)\.md$")
@@ -48,6 +48,7 @@ _IF_EXISTS = re.compile(
     r"<!--\s*mhaspec:else\s*-->(?P<no>.*?)<!--\s*mhaspec:end\s*-->", re.S)
 _CLAUSE = re.compile(r"<!--\s*mhaspec:clause\s+(?P<id>[A-Z]+-\d+)\s*-->")
 _VERSIONS = re.compile(r"<!--\s*mhaspec:versions\s*-->")
+_ERRATA = re.compile(r"<!--\s*mhaspec:errata\s*-->")
 
 _HEADING_WITH_MATH = re.compile(r"^#{1,6} [^\n]*\$", re.M)
 log = logging.getLogger("mkdocs.hooks.mhaspec_docs")
@@ -98,7 +99,8 @@ def current_spec_page() -> str:
             + (f" and its permanent link into the frozen page `spec/{spec.version}/`" if released
                else "") +
             f". Earlier and frozen renderings are listed under [Versions](../versions.md).\n")
-    text = with_citations(render_markdown(spec), spec.version,
+    text = with_citations(annotate_errata(render_markdown(spec), spec, link="../errata.md"),
+                          spec.version,
                           f"{spec.version}.md" if released else None)
     return _after_title(text, note)
 
@@ -108,6 +110,9 @@ def frozen_spec_page(version: str, path: pathlib.Path) -> str:
             f"    This is the released text of version {version} exactly as committed in\n"
             f"    `spec/{path.name}`. A released version is never edited in place: see the\n"
             f"    [errata policy](../errata.md). The current version is [here](index.md).\n")
+    if any(e.version == version for e in load().errata):
+        note += (f"\n    Informative errata of {version} (notes that change no requirement) are\n"
+                 f"    listed on the [errata page](../errata.md#errata-of-released-versions).\n")
     text = with_citations(path.read_text(encoding="utf-8"), version, f"{version}.md")
     return _after_title(text, note)
 
@@ -196,6 +201,7 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     markdown = _IF_EXISTS.sub(if_exists, markdown)
     markdown = _CLAUSE.sub(lambda m: _clause_quote(m["id"]), markdown)
     markdown = _VERSIONS.sub(lambda m: _versions_table(page.file.src_uri), markdown)
+    markdown = _ERRATA.sub(lambda m: render_errata(load()), markdown)
 
     without_fences = re.sub(r"^(```+|~~~+).*?^\1[ \t]*$", "", markdown, flags=re.S | re.M)
     for heading in _HEADING_WITH_MATH.findall(without_fences):

@@ -28,6 +28,10 @@ CASES = {
     "layout": CaseSpec(batch=2, heads=3, len_q=4, len_k=5, seed=3),
     "argument-order": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_model=8, k_dim=6, v_dim=6,
                                seed=4),
+    # one integer sliding_window = W for W keys (Hugging Face, gemma_pytorch, xformers, vLLM) is
+    # window=(W - 1, 0); passing the left side as W is one key short (docs/conventions.md)
+    "window-size": CaseSpec(batch=2, heads=2, len_q=6, len_k=6, causal="bottom_right",
+                            window=(2, 0), seed=5),
 }
 
 

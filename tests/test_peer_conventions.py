@@ -1,0 +1,615 @@
+"""The peers' conventions, written from their sources and compared with the float64 oracle.
+
+Each peer's rule is a small NumPy function transcribed from the peer's own source (repository,
+commit, file and line in its docstring): the keys it allows, the bias it adds, the log-sum-exp it
+returns. Each test runs the rule and the oracle (:mod:`mhaspec.spec.oracle`) through the mapping
+that docs/conventions.md documents, on random cases, and asserts agreement where the page says the
+two agree and the documented difference where it says they differ. The spec's side of these facts
+is the 1.2 errata E1-E6 (``[[erratum]]`` in spec/clauses.toml, docs/errata.md).
+
+Axis legend: B batch, h heads, L_q queries, L_k keys, d per-head width. Sources:
+
+- FA2: Dao-AILab/flash-attention @ 0251105a (csrc/flash_attn/...); FA3: its ``hopper/``.
+- HF: transformers 5.24.0 (the version ``pyproject.toml`` pins for the ``hf`` extra).
+- gemma_pytorch @ 014acb7; xformers @ 29163217 (before ``fmha`` became a stub re-exporting mslk);
+  vLLM @ 0084b78; Mistral's reference mistralai/mistral-src @ c18d5b9 (``one_file_ref.py``);
+  attention-gym @ 14fd5f4; jax @ cec06d1; the ALiBi paper's code ofirpress/attention_with_linear_biases
+  @ 4b92f28.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mhaspec.conformance.features import geometric_slopes
+from mhaspec.spec import oracle
+
+#: Random cases per test: each is a few microseconds of NumPy at these sizes.
+CASES = 150
+EXACT = dict(rtol=1e-12, atol=1e-12)
+
+
+def _qkv(rng, b, h, l_q, l_k, d=4):
+    return (rng.standard_normal((b, h, l_q, d)), rng.standard_normal((b, h, l_k, d)),
+            rng.standard_normal((b, h, l_k, d)))
+
+
+def _lengths(rng, low=1, high=8):
+    return int(rng.integers(low, high + 1)), int(rng.integers(low, high + 1))
+
+
+def _explicit(q, k, v, allowed, bias=None):
+    """The oracle on a peer's explicit keys (B, L_q, L_k) bool and bias (B, h, L_q, L_k): the
+    spec's MASK-1 / MASK-2 forms, which carry any rule a peer has."""
+    return oracle.attention_result(q, k, v, mask=allowed[:, None], bias=bias)
+
+
+def _spec_allowed(b, l_q, l_k, *, causal=False, window=None, alignment="bottom_right", **seg):
+    """The spec's keys (B, L_q, L_k) for causal / window on the positions of SEG-3."""
+    positions = oracle.token_positions(b, l_q, l_k, alignment=alignment, **seg)
+    return oracle.structural_allowed(positions, causal=causal, window=window)
+
+
+# ------------------------------------------------------------------ FlashAttention 2
+
+def fa2_window(causal: bool, window: tuple[int, int], l_q: int, l_k: int, alibi: bool):
+    """What ``mha_fwd`` hands the kernel: (is_causal, left, right).
+
+    csrc/flash_attn/flash_api.cpp:422-423 (a side >= L_k becomes -1), :426 (L_q = 1 without ALiBi
+    is not causal), :427 (causal sets right = 0), :157 (``is_causal = left < 0 && right == 0``),
+    :159-160 (an unbounded side opposite a bounded one becomes L_k)."""
+    left, right = window
+    left = -1 if left >= l_k else left
+    right = -1 if right >= l_k else right
+    if l_q == 1 and not alibi:
+        causal = False
+    if causal:
+        right = 0
+    is_causal = left < 0 and right == 0
+    if left < 0 and right >= 0:
+        left = l_k
+    if left >= 0 and right < 0:
+        right = l_k
+    return is_causal, left, right
+
+
+def fa2_allowed(b, l_q, l_k, left, right):
+    """csrc/flash_attn/src/mask.h:53-54 / :172-173: key j allowed for query i iff
+    ``i + L_k - L_q - left <= j < i + 1 + L_k - L_q + right`` (a side < 0: no limit)."""
+    i = np.arange(l_q)[:, None] + l_k - l_q
+    j = np.arange(l_k)[None, :]
+    ok = np.ones((l_q, l_k), bool)
+    if left >= 0:
+        ok &= j >= i - left
+    if right >= 0:
+        ok &= j <= i + right
+    return np.broadcast_to(ok, (b, l_q, l_k))
+
+
+def fa2_alibi(slopes, is_causal: bool, l_q: int, l_k: int):
+    """csrc/flash_attn/src/mask.h:180-184 (and alibi.h): under ``Is_causal`` the kernel adds
+    ``+m * j`` (the ALiBi paper's form), otherwise ``-m * |i + L_k - L_q - j|``. The slope is
+    divided by the softmax scale (flash_fwd_kernel.h:294) because it is added before the scale,
+    so on the scaled logits the terms are as written. slopes (B, h) -> bias (B, h, L_q, L_k)."""
+    i = np.arange(l_q)[:, None]
+    j = np.arange(l_k)[None, :]
+    dist = j + 0 * i if is_causal else -np.abs(i + l_k - l_q - j)
+    return slopes[:, :, None, None] * dist
+
+
+def fa2_lse(q, k, allowed, bias, scale):
+    """softmax.h:180 (non-split path) and flash_fwd_kernel.h:132 (the early exit): the natural
+    log-sum-exp of the scaled logits plus ALiBi over the allowed keys, ``+inf`` for a row without
+    one. (FA3: hopper/softmax.h:151 and hopper/epilogue_fwd.hpp:441 write ``-inf``.)"""
+    s = scale * np.einsum("bhqd,bhkd->bhqk", q, k) + bias
+    s = np.where(allowed[:, None], s, -np.inf)
+    empty = ~allowed.any(-1)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.where(empty, 0.0, s.max(-1))
+        lse = m + np.log(np.exp(s - m[..., None]).sum(-1))
+    return np.where(empty, np.inf, lse)
+
+
+def test_fa2_lse_is_plus_inf_on_empty_rows_and_carries_m_times_p_q_under_causal_alibi():
+    """Erratum E1. Causal ALiBi: FA2's lse = LSE-1's + m * p_q(i) with p_q(i) = i + L_k - L_q
+    (its logits are LSE-1's plus the row constant m * p_q(i)); outputs agree; an empty row (L_q >
+    L_k empties the first rows) is +inf in FA2, -inf in LSE-1, output 0 in both."""
+    rng = np.random.default_rng(25)
+    saw_empty = saw_moved = 0
+    for _ in range(CASES):
+        b, h = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+        l_q, l_k = _lengths(rng)
+        q, k, v = _qkv(rng, b, h, l_q, l_k)
+        slopes = rng.random((b, h))
+        is_causal, left, right = fa2_window(True, (-1, -1), l_q, l_k, alibi=True)
+        assert is_causal
+        allowed = fa2_allowed(b, l_q, l_k, left, right)
+        bias = fa2_alibi(slopes, True, l_q, l_k)
+        peer = _explicit(q, k, v, allowed, bias)
+        spec = oracle.attention_result(q, k, v, causal="bottom_right", alibi_slopes=slopes)
+        np.testing.assert_allclose(peer.output, spec.output, **EXACT)
+        lse = fa2_lse(q, k, allowed, bias, 1 / math.sqrt(q.shape[-1]))
+        empty = ~allowed.any(-1)[:, None] & np.ones((1, h, 1), bool)
+        saw_empty += int(empty.any())
+        p_q = np.arange(l_q) + l_k - l_q
+        shifted = spec.lse + slopes[:, :, None] * p_q
+        np.testing.assert_allclose(lse[~empty], shifted[~empty], **EXACT)
+        assert np.all(lse[empty] == np.inf) and np.all(spec.lse[empty] == -np.inf)
+        assert np.all(spec.output[empty] == 0)
+        moved = ~empty & (slopes[:, :, None] * p_q > 1e-6)
+        assert np.all(np.abs(lse[moved] - spec.lse[moved]) > 1e-7)
+        saw_moved += int(moved.any())
+    assert saw_empty and saw_moved, "no case emptied a row or moved an lse"
+
+
+def test_fa2_lse_equals_lse_1_when_a_window_makes_the_call_non_causal():
+    """Erratum E1: a bounded left window with causal=True is FA2's local path (``is_causal`` is
+    false, flash_api.cpp:157), whose ALiBi is LSE-1's -m|i + L_k - L_q - j|: the lse agrees."""
+    rng = np.random.default_rng(26)
+    for _ in range(CASES):
+        b, h = 2, 2
+        l_q, l_k = _lengths(rng)
+        left = int(rng.integers(0, l_k))
+        q, k, v = _qkv(rng, b, h, l_q, l_k)
+        slopes = rng.random((b, h))
+        is_causal, fl, fr = fa2_window(True, (left, -1), l_q, l_k, alibi=True)
+        assert not is_causal and (fl, fr) == (left, 0)
+        allowed = fa2_allowed(b, l_q, l_k, fl, fr)
+        bias = fa2_alibi(slopes, False, l_q, l_k)
+        spec = oracle.attention_result(q, k, v, causal="bottom_right", window=(left, None),
+                                       alibi_slopes=slopes)
+        lse = fa2_lse(q, k, allowed, bias, 1 / math.sqrt(q.shape[-1]))
+        nonempty = np.broadcast_to(allowed.any(-1)[:, None], lse.shape)
+        np.testing.assert_allclose(lse[nonempty], spec.lse[nonempty], **EXACT)
+        np.testing.assert_allclose(_explicit(q, k, v, allowed, bias).output, spec.output, **EXACT)
+
+
+def fa2_effective_window(left: int, right: int, l_k: int):
+    """The spec window (WIN-1, bottom-right) that FA2 computes for ``window_size=(left, right)``
+    without causal (from :func:`fa2_window`): a side < 0 or >= L_k is unbounded, except a right
+    side opposite a bounded left side, which becomes L_k."""
+    eff_left = left if 0 <= left < l_k else None
+    eff_right = right if 0 <= right < l_k else (None if eff_left is None else l_k)
+    return eff_left, eff_right
+
+
+def test_fa2_window_sides_are_clamped_against_l_k():
+    """Erratum E2: FA2's ``-1`` is WIN-3's ``None`` (and any side >= L_k changes nothing) when
+    L_q <= L_k + 1. With L_q >= L_k + 2 the clamping shows: a bounded left side makes a right side
+    of -1 (or >= L_k) act as L_k, so rows i < L_q - L_k - 1 lose their last keys; with an
+    unbounded left side, a right side r >= L_k acts as unbounded although r < L_q - 1 binds."""
+    rng = np.random.default_rng(27)
+    lost_rows = differ = 0
+    for _ in range(4 * CASES):
+        l_q, l_k = int(rng.integers(1, 12)), int(rng.integers(1, 8))
+        sides = [-1, 0, 1, 2, l_k - 1, l_k, l_k + 3]
+        left, right = int(rng.choice(sides)), int(rng.choice(sides))
+        _, fl, fr = fa2_window(False, (left, right), l_q, l_k, alibi=False)
+        peer = fa2_allowed(1, l_q, l_k, fl, fr)
+        exact = _spec_allowed(1, l_q, l_k, window=fa2_effective_window(left, right, l_k))
+        assert np.array_equal(peer, exact), (l_q, l_k, left, right)
+        naive = _spec_allowed(1, l_q, l_k, window=(None if left < 0 else left,
+                                                   None if right < 0 else right))
+        if l_q <= l_k + 1:
+            assert np.array_equal(peer, naive), (l_q, l_k, left, right)
+        differ += int(not np.array_equal(peer, naive))
+        if 0 <= left < l_k and right == -1 and l_q >= l_k + 2:
+            lost = naive & ~peer
+            assert not (peer & ~naive).any()
+            assert np.nonzero(lost.any(-1)[0])[0].max() == l_q - l_k - 2
+            lost_rows += 1
+    assert lost_rows and differ
+
+
+def test_fa3_minus_one_is_unbounded():
+    """hopper/flash_api.cpp:152-153: FA3 replaces a negative left by L_k - 1 and a negative right by
+    L_q - 1, which never binds (j <= i + L_k - 1): WIN-3's ``None`` holds for FA3."""
+    for l_q in range(1, 12):
+        for l_k in range(1, 8):
+            for left in range(l_k):
+                right = l_q - 1  # FA3's replacement of -1
+                peer = fa2_allowed(1, l_q, l_k, left, right)
+                assert np.array_equal(peer, _spec_allowed(1, l_q, l_k, window=(left, None)))
+
+
+# ------------------------------------------------------------------ jax.nn.dot_product_attention
+
+def jax_lse(q, k, allowed, scale):
+    """jax/_src/nn/functions.py:877-884 (masked logits = -0.7 * finfo(float32).max, finite),
+    :927-941 (``jnp.where(mask, logits, large_negative)``), :996-999 (``return_residual``: the
+    logsumexp of those padded logits, laid out (B, T, N)). Returned here as (B, h, L_q)."""
+    s = scale * np.einsum("bhqd,bhkd->bhqk", q, k)
+    s = np.where(allowed[:, None], s, -0.7 * float(np.finfo(np.float32).max))
+    m = s.max(-1)
+    return m + np.log(np.exp(s - m[..., None]).sum(-1))
+
+
+def test_jax_return_residual_is_lse_1_except_on_empty_rows():
+    """Fixed on the conventions page: ``dot_product_attention(..., return_residual=True)`` returns
+    an lse. It equals LSE-1 (transposed from (B, T, N)) on rows with a key; an empty row gets the
+    finite -0.7 * finfo(float32).max + log(L_k) instead of -inf."""
+    rng = np.random.default_rng(28)
+    for _ in range(CASES):
+        b, h = 2, 2
+        l_q, l_k = _lengths(rng)
+        q, k, v = _qkv(rng, b, h, l_q, l_k)
+        kv_len = rng.integers(0, l_k + 1, b)
+        spec = oracle.attention_result(q, k, v, causal="top_left", key_value_seq_lengths=kv_len)
+        allowed = _spec_allowed(b, l_q, l_k, causal=True, alignment="top_left",
+                                key_value_seq_lengths=kv_len)
+        lse = jax_lse(q, k, allowed, 1 / math.sqrt(q.shape[-1]))
+        empty = np.broadcast_to(~allowed.any(-1)[:, None], lse.shape)
+        np.testing.assert_allclose(lse[~empty], spec.lse[~empty], **EXACT)
+        assert np.all(np.isfinite(lse[empty])) and np.all(lse[empty] < -1e38)
+
+
+# ------------------------------------------------------------------ one integer: sliding_window = W
+
+def _causal_band(l_q, l_k, offset, back, forward=0):
+    """(L_q, L_k) bool: key j for query i iff i + offset - back <= j <= i + offset + forward."""
+    i = np.arange(l_q)[:, None] + offset
+    j = np.arange(l_k)[None, :]
+    return (j >= i - back) & (j <= i + forward)
+
+
+def hf_sliding_causal(w, l_q, past):
+    """transformers masking_utils.py:97 (``kv_idx > q_idx - sliding_window``) AND :78 (``kv_idx <=
+    q_idx``), with ``q_idx = i + q_offset`` (:530, ``q_offset`` = the cache's length) and
+    ``kv_idx = j`` (a DynamicCache's keys start at 0)."""
+    q_idx = np.arange(l_q)[:, None] + past
+    kv_idx = np.arange(past + l_q)[None, :]
+    return (kv_idx > q_idx - w) & (kv_idx <= q_idx)
+
+
+def hf_sliding_bidirectional(w, n):
+    """transformers masking_utils.py:147: ``abs(q_idx - kv_idx) <= sliding_window``."""
+    idx = np.arange(n)
+    return np.abs(idx[:, None] - idx[None, :]) <= w
+
+
+def gemma_pytorch_local(w, n):
+    """gemma_pytorch gemma/model.py:672-675: ``triu(full(-2.38e38), 1)`` plus ``tril(full(-2.38e38),
+    -sliding_window_size)``; a key is allowed where the sum is 0."""
+    big = np.full((n, n), -2.3819763e38)
+    return (np.triu(big, 1) + np.tril(big, -w)) == 0
+
+
+def xformers_local(w, l_q, l_k):
+    """xformers ops/fmha/attn_bias.py:135-137 (@29163217): ``tril(diagonal=shift)`` then
+    ``triu(diagonal=shift - window_size + 1)``, shift = L_k - L_q (from the bottom right)."""
+    ones = np.ones((l_q, l_k))
+    shift = l_k - l_q
+    return np.triu(np.tril(ones, shift), shift - w + 1) == 1
+
+
+def vllm_window(w):
+    """vllm/v1/attention/backends/flash_attn.py ``FlashAttentionImpl.__init__`` (@0084b78):
+    ``self.sliding_window = (sliding_window - 1, 0)``, FlashAttention's ``window_size``."""
+    return (w - 1, 0)
+
+
+def mistral_prefill(w, n):
+    """mistral-src one_file_ref.py:259-262 (@c18d5b9): ``triu(tril(ones), diagonal=-sliding_window)``
+    then ``log``: key j for query i iff i - W <= j <= i."""
+    return np.triu(np.tril(np.ones((n, n))), -w) == 1
+
+
+def mistral_decode(k, v, w):
+    """mistral-src one_file_ref.py:123-134 (@c18d5b9), one token at a time: a rotating cache of W
+    slots (``positions % sliding_window``), the token written before it attends, no mask, keys
+    ``cache[:cur_pos]``. k, v (h, n, d) -> for each position t the (keys, values) it attends."""
+    cache_k, cache_v = np.zeros((k.shape[0], w, k.shape[2])), np.zeros((v.shape[0], w, v.shape[2]))
+    attended = []
+    for t in range(k.shape[1]):
+        cache_k[:, t % w], cache_v[:, t % w] = k[:, t], v[:, t]
+        attended.append((cache_k[:, :t + 1].copy(), cache_v[:, :t + 1].copy()))
+    return attended
+
+
+def attention_gym_sliding(w, n):
+    """attention-gym attn_gym/masks/sliding_window.py:18-21: ``q_idx - kv_idx <= window_size`` AND
+    the causal mask."""
+    idx = np.arange(n)
+    diff = idx[:, None] - idx[None, :]
+    return (diff <= w) & (diff >= 0)
+
+
+def _same_as_oracle(rng, allowed, l_q, l_k, **spec_arguments):
+    """Outputs of the oracle on the peer's keys and on the spec's arguments agree."""
+    q, k, v = _qkv(rng, 1, 2, l_q, l_k)
+    peer = _explicit(q, k, v, allowed[None])
+    spec = oracle.attention_result(q, k, v, **spec_arguments)
+    np.testing.assert_allclose(peer.output, spec.output, **EXACT)
+    np.testing.assert_allclose(peer.weights, spec.weights, **EXACT)
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 5])
+def test_sliding_window_w_means_w_keys_in_hf_gemma_xformers_vllm(w):
+    """Erratum E3: W keys, the spec's ``window=(W - 1, 0)`` with a bottom-right causal mask."""
+    rng = np.random.default_rng(w)
+    for _ in range(CASES // 10):
+        n, past = int(rng.integers(1, 10)), int(rng.integers(0, 6))
+        causal = dict(causal="bottom_right", window=(w - 1, 0))
+        _same_as_oracle(rng, hf_sliding_causal(w, n, past), n, past + n, **causal)
+        _same_as_oracle(rng, gemma_pytorch_local(w, n), n, n, **causal)
+        l_k = n + past
+        _same_as_oracle(rng, xformers_local(w, n, l_k), n, l_k, **causal)
+        _, fl, fr = fa2_window(True, vllm_window(w), n, l_k, alibi=False)
+        _same_as_oracle(rng, fa2_allowed(1, n, l_k, fl, fr)[0], n, l_k, **causal)
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 5])
+def test_sliding_window_w_means_w_plus_1_keys_in_mistral_prefill_and_attention_gym(w):
+    """Erratum E3: W + 1 keys, ``window=(W, 0)``; Hugging Face's bidirectional form is (W, W)."""
+    rng = np.random.default_rng(10 + w)
+    for n in range(1, 10):
+        _same_as_oracle(rng, mistral_prefill(w, n), n, n, causal="top_left", window=(w, 0))
+        _same_as_oracle(rng, attention_gym_sliding(w, n), n, n, causal="top_left", window=(w, 0))
+        _same_as_oracle(rng, hf_sliding_bidirectional(w, n), n, n, alignment="top_left",
+                        window=(w, w))
+
+
+@pytest.mark.parametrize("w", [1, 2, 3])
+def test_mistral_reference_decode_sees_w_keys_so_it_is_not_its_prefill(w):
+    """Erratum E3: Mistral's reference decodes with W keys ((W - 1, 0)) but prefills with W + 1
+    ((W, 0)): its decoding is not one call over the sequence (CACHE-3) once t >= W."""
+    rng = np.random.default_rng(20 + w)
+    n = w + 4
+    q, k, v = _qkv(rng, 1, 2, n, n)
+    decoded = np.stack([
+        _explicit(q[:, :, t:t + 1], ks[None], vs[None], np.ones((1, 1, ks.shape[1]), bool)).output[0, :, 0]
+        for t, (ks, vs) in enumerate(mistral_decode(k[0], v[0], w))], axis=1)
+    as_window = oracle.attention_result(q, k, v, causal="bottom_right", window=(w - 1, 0)).output
+    np.testing.assert_allclose(decoded, as_window[0], **EXACT)
+    prefill = _explicit(q, k, v, mistral_prefill(w, n)[None]).output[0]
+    np.testing.assert_allclose(decoded[:, :w], prefill[:, :w], **EXACT)
+    assert np.all(np.abs(decoded[:, w:] - prefill[:, w:]).max(axis=-1) > 1e-6)
+
+
+# ------------------------------------------------------------------ flash_attn_with_kvcache
+
+def fa2_kvcache_allowed(cache_seqlens, l_q: int, l_new: int, l_all: int):
+    """flash_attn_with_kvcache: the new keys are written at ``cache_seqlens`` (Append_KV), the
+    kernel attends ``actual_seqlen_k = cache_seqlens + L_new`` keys (csrc/flash_attn/src/
+    block_info.h:24) with its bottom-right causal mask (mask.h:54): key j for query i iff
+    ``j < c + L_new`` and ``j <= i + c + L_new - L_q``. -> (B, L_q, L_all) bool."""
+    c = np.asarray(cache_seqlens)[:, None, None]
+    i = np.arange(l_q)[None, :, None]
+    j = np.arange(l_all)[None, None, :]
+    return (j < c + l_new) & (j <= i + c + l_new - l_q)
+
+
+def test_flash_attn_with_kvcache_diagonal_is_cache_seqlens_plus_l_new_minus_l_q():
+    """Erratum E4: ``flash_attn_with_kvcache`` is SEG-3's bottom-right causal mask with
+    ``key_value_seq_lengths = cache_seqlens + L_new`` over the updated cache, always; it is CACHE-2
+    with ``past_lengths = cache_seqlens`` only when L_new = L_q (k=None is L_new = 0)."""
+    rng = np.random.default_rng(29)
+    differs = 0
+    for _ in range(CASES):
+        b, l_past, l_q = 2, int(rng.integers(0, 6)), int(rng.integers(1, 5))
+        l_new = int(rng.choice([0, l_q, int(rng.integers(1, 6))]))
+        c = rng.integers(0, l_past + 1, b)
+        q, cache_k, cache_v = _qkv(rng, b, 2, l_q, l_past)
+        _, k_new, v_new = _qkv(rng, b, 2, 1, l_new)
+        present_k = np.zeros((b, 2, l_past + l_new, 4))
+        present_v = np.zeros_like(present_k)
+        for bi in range(b):  # what the kernel attends after writing k, v at cache_seqlens
+            present_k[bi, :, :c[bi]], present_v[bi, :, :c[bi]] = cache_k[bi, :, :c[bi]], cache_v[bi, :, :c[bi]]
+            present_k[bi, :, c[bi]:c[bi] + l_new] = k_new[bi]
+            present_v[bi, :, c[bi]:c[bi] + l_new] = v_new[bi]
+        allowed = fa2_kvcache_allowed(c, l_q, l_new, l_past + l_new)
+        peer = _explicit(q, present_k, present_v, allowed)
+        seg = oracle.attention_result(q, present_k, present_v, causal="bottom_right",
+                                      key_value_seq_lengths=c + l_new)
+        np.testing.assert_allclose(peer.output, seg.output, **EXACT)
+        if l_new == 0:
+            continue
+        cache2 = oracle.attention_result(q, k_new, v_new, past_key=cache_k, past_value=cache_v,
+                                         past_lengths=c, causal="bottom_right")
+        cache2_allowed = oracle.structural_allowed(
+            oracle.cache_positions(c, l_past, l_q, l_new), causal=True, window=None)
+        if l_new == l_q:
+            np.testing.assert_allclose(peer.output, cache2.output, **EXACT)
+            assert np.array_equal(allowed, cache2_allowed)
+        else:
+            assert not np.array_equal(allowed, cache2_allowed)
+            differs += 1
+    assert differs
+
+
+# ------------------------------------------------------------------ segments
+
+def splash_allowed(q_ids, kv_ids, *, offset=0, window=None):
+    """jax splash attention (jax/experimental/pallas/ops/tpu/splash_attention/): the mask is a
+    function of *global* indices (splash_attention_mask.py:314-321 ``CausalMask``: ``q_ids + offset
+    >= kv_ids``; :434-458 ``LocalMask``: ``shifted_q_ids - left <= kv_ids <= shifted_q_ids +
+    right``; the kernel calls it on the block's q / kv sequence indices, splash_attention_kernel.py
+    :654), ANDed with segment equality (:662-680; the reference: :184-188
+    ``segment_ids.q[:, None] == segment_ids.kv[None, :]``). ids (L_q,), (L_k,) -> (1, L_q, L_k)."""
+    qi = np.arange(len(q_ids))[:, None] + offset
+    kj = np.arange(len(kv_ids))[None, :]
+    ok = kj <= qi if window is None else (qi - window[0] <= kj) & (kj <= qi + window[1])
+    return (ok & (q_ids[:, None] == kv_ids[None, :]))[None]
+
+
+def fa_varlen_allowed(n_q, n_k):
+    """FlashAttention varlen, ``causal=True``: each sequence s of ``cu_seqlens_q`` / ``cu_seqlens_k``
+    is its own problem (block_info.h:19-24, ``actual_seqlen_q/k`` per sequence) with the
+    bottom-right mask (mask.h:54) on indices within it. Sequence lengths n_q, n_k -> (1, ΣL_q, ΣL_k)."""
+    blocks = np.zeros((sum(n_q), sum(n_k)), bool)
+    r = c = 0
+    for lq, lk in zip(n_q, n_k):
+        i, j = np.arange(lq)[:, None], np.arange(lk)[None, :]
+        blocks[r:r + lq, c:c + lk] = j <= i + lk - lq
+        r, c = r + lq, c + lk
+    return blocks[None]
+
+
+def attention_gym_document(doc_ids, inner):
+    """attention-gym attn_gym/masks/document_mask.py:53-58: same document AND ``inner(q_logical,
+    kv_logical)`` with ``q_logical = q_idx - offsets[document_id[q_idx]]`` (index within the
+    document). doc_ids (L,) contiguous -> (1, L, L)."""
+    offsets = {d: int(np.argmax(doc_ids == d)) for d in np.unique(doc_ids)}
+    logical = np.arange(len(doc_ids)) - np.array([offsets[d] for d in doc_ids])
+    return ((doc_ids[:, None] == doc_ids[None, :]) & inner(logical[:, None], logical[None, :]))[None]
+
+
+def _contiguous(rng, length, n):
+    return np.sort(rng.integers(0, n, length))
+
+
+def test_fa_varlen_and_attention_gym_documents_are_seg_3():
+    """SEG-3's positions within a segment are FlashAttention varlen's (bottom-right per sequence,
+    any n_q(s), n_k(s)) and attention-gym's document mask (top-left, self-attention packing)."""
+    rng = np.random.default_rng(30)
+    for _ in range(CASES // 3):
+        n_q, n_k = rng.integers(1, 5, 3), rng.integers(1, 5, 3)
+        q_ids, kv_ids = np.repeat(np.arange(3), n_q), np.repeat(np.arange(3), n_k)
+        _same_as_oracle(rng, fa_varlen_allowed(n_q, n_k)[0], n_q.sum(), n_k.sum(),
+                        causal="bottom_right", q_segment_ids=q_ids[None], kv_segment_ids=kv_ids[None])
+        ids = _contiguous(rng, int(rng.integers(1, 12)), 3)
+        _same_as_oracle(rng, attention_gym_document(ids, lambda i, j: j <= i)[0], len(ids), len(ids),
+                        causal="top_left", q_segment_ids=ids[None], kv_segment_ids=ids[None])
+
+
+def test_splash_global_index_masks_equal_seg_3_only_for_ids_laid_out_alike():
+    """Erratum E5: splash's causal mask on global indices is SEG-3's when query and key ids are the
+    same array (ranks within a segment order like indices); its local (window) mask also needs each
+    segment contiguous (distances then agree). Otherwise they differ: scattered ids under a window,
+    or query and key ids laid out differently (cross-attention packing)."""
+    rng = np.random.default_rng(31)
+    window_differs = layout_differs = 0
+    for _ in range(CASES):
+        n = int(rng.integers(2, 12))
+        scattered = rng.integers(0, 3, n)
+        contiguous = _contiguous(rng, n, 3)
+        seg = lambda ids: dict(q_segment_ids=ids[None], kv_segment_ids=ids[None])  # noqa: E731
+        for ids in (scattered, contiguous):
+            assert np.array_equal(splash_allowed(ids, ids),
+                                  _spec_allowed(1, n, n, causal=True, alignment="top_left", **seg(ids)))
+        window = (1, 0)
+        assert np.array_equal(splash_allowed(contiguous, contiguous, window=window),
+                              _spec_allowed(1, n, n, window=window, alignment="top_left", **seg(contiguous)))
+        window_differs += not np.array_equal(
+            splash_allowed(scattered, scattered, window=window),
+            _spec_allowed(1, n, n, window=window, alignment="top_left", **seg(scattered)))
+        kv_ids = _contiguous(rng, int(rng.integers(2, 12)), 3)
+        layout_differs += not np.array_equal(
+            splash_allowed(contiguous, kv_ids),
+            _spec_allowed(1, n, len(kv_ids), causal=True, alignment="top_left",
+                          q_segment_ids=contiguous[None], kv_segment_ids=kv_ids[None]))
+    assert window_differs and layout_differs
+
+
+# ------------------------------------------------------------------ ALiBi slopes and signs
+
+def paper_slopes(n: int) -> list[float]:
+    """The ALiBi paper's ``get_slopes`` (ofirpress/attention_with_linear_biases
+    fairseq/models/transformer.py:742-752): the geometric sequence for a power of two; otherwise
+    that of the nearest lower power of two, then every other slope of twice that many heads."""
+    def power_of_2(n):
+        start = 2 ** (-2 ** -(math.log2(n) - 3))
+        return [start * start ** i for i in range(n)]
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + paper_slopes(2 * closest)[0::2][:n - closest]
+
+
+def test_the_papers_slopes_are_the_geometric_sequence_only_for_a_power_of_two():
+    """Erratum E6: ``2^(-8 (h' + 1) / h)`` (conformance.features.geometric_slopes) is the paper's
+    slopes for h a power of two; for other h the paper interleaves two sequences and slopes differ
+    by up to 0.25 (h = 3), 0.84 (h <= 32, at h = 17), 0.91 (h <= 64, at h = 33)."""
+    gap = {h: float(np.abs(np.array(paper_slopes(h)) - geometric_slopes(h)).max()) for h in range(1, 65)}
+    assert all(gap[h] < 1e-15 for h in (1, 2, 4, 8, 16, 32, 64))
+    assert all(gap[h] > 0.1 for h in gap if h & (h - 1))
+    assert round(gap[3], 2) == 0.25
+    assert max(gap[h] for h in range(1, 33)) == pytest.approx(0.837, abs=1e-3) == gap[17]
+    assert max(gap.values()) == pytest.approx(0.913, abs=1e-3) == gap[33]
+
+
+def test_the_papers_plus_m_j_and_attention_gyms_signed_alibi_under_causal_are_alibi_1():
+    """ALIBI-1 / erratum E6: under a causal mask the paper's ``+m j`` (transformer.py:760) and
+    attention-gym's signed ``(kv_idx - q_idx) * m`` (attn_gym/mods/alibi.py:17-20) give
+    ``alibi_slopes``' output; without one, attention-gym's form is an explicit ``bias`` that
+    favours keys after the query, not ``alibi_slopes``."""
+    rng = np.random.default_rng(32)
+    for _ in range(CASES // 3):
+        n, h = int(rng.integers(2, 9)), int(rng.integers(1, 4))
+        q, k, v = _qkv(rng, 1, h, n, n)
+        m = geometric_slopes(h)
+        j, i = np.arange(n)[None, :], np.arange(n)[:, None]
+        paper = m[None, :, None, None] * (j + 0 * i)
+        signed = m[None, :, None, None] * (j - i)
+        causal = np.tril(np.ones((n, n), bool))[None]
+        alibi = oracle.attention_result(q, k, v, causal="top_left", alibi_slopes=m)
+        for bias in (paper, signed):
+            np.testing.assert_allclose(_explicit(q, k, v, causal, bias).output, alibi.output, **EXACT)
+        full = np.ones((1, n, n), bool)
+        unmasked = oracle.attention_result(q, k, v, alignment="top_left", alibi_slopes=m)
+        assert not np.allclose(_explicit(q, k, v, full, signed).output, unmasked.output)
+
+
+def test_onnx_stores_scale_and_softcap_as_float32():
+    """Erratum E6 (note): ONNX ``Attention``'s ``scale`` and ``softcap`` are FLOAT attributes
+    (``AttributeProto.f``, 32 bits): a float64 model through ONNX computes with the scale rounded
+    to float32, which moves float64 outputs by 1e-9 to 1e-8 (2e-8 on this case): visible to a
+    float64 certification."""
+    onnx = pytest.importorskip("onnx")
+    schema = onnx.defs.get_schema("Attention", 23)
+    for name in ("scale", "softcap"):
+        assert schema.attributes[name].type == onnx.AttributeProto.FLOAT
+    scale = 1 / math.sqrt(3.0)
+    stored = onnx.helper.make_attribute("scale", scale).f
+    assert stored == float(np.float32(scale)) != scale
+    rng = np.random.default_rng(33)
+    q, k, v = _qkv(rng, 2, 2, 5, 6, d=3)
+    moved = np.abs(oracle.attention_result(q, k, v, scale=stored).output
+                   - oracle.attention_result(q, k, v, scale=scale).output).max()
+    assert 1e-12 < moved < 1e-7
+
+
+# ------------------------------------------------------------------ the window-size convention key
+
+def test_the_window_size_convention_key_catches_a_window_one_key_short():
+    """``mhaspec conventions``' ``window-size`` key: an adapter that passes the spec's
+    ``window=(left, 0)`` to a Hugging Face-style ``sliding_window = W`` (W keys,
+    :func:`hf_sliding_causal`) must translate W = left + 1; untranslated (W = left) it is one key
+    short, and the check confirms the difference on its case."""
+    from mhaspec import conventions
+    from mhaspec.backends import masks
+    from mhaspec.backends.adapters import NumpyAdapter
+
+    def softmax_attention(q, k, v, m, band):
+        allowed = masks.allowed_mask(q.shape[2], k.shape[2], like=q, mask=m.mask,
+                                     key_padding_mask=m.key_padding_mask)
+        allowed = band if allowed is None else allowed & band
+        logits = np.where(allowed, q @ k.swapaxes(-1, -2) * m.scale, -np.inf)
+        top = logits.max(axis=-1, keepdims=True)
+        w = np.exp(logits - np.where(np.isfinite(top), top, 0))
+        return w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300) @ v, None
+
+    class SlidingWindow(NumpyAdapter):
+        native_op = "a sliding_window = W function (Hugging Face's rule)"
+        capabilities = frozenset({"sdpa", "masks", "causal", "errors", "window"})
+        conventions = {"window-size": ("WIN-1", "sliding_window = W means W keys: the spec's "
+                                                "window=(W - 1, 0) is passed as W = left + 1")}
+
+        def attention(self, q, k, v, m):
+            band = masks.allowed_mask(q.shape[2], k.shape[2], like=q, causal=m.causal)
+            return softmax_attention(q, k, v, m, True if band is None else band)
+
+        def attention_features(self, q, k, v, m, features):
+            if features.window is None or features.window[1] != 0 or m.causal != "bottom_right" \
+                    or features.positions is not None or features.window[0] is None:
+                return NotImplemented
+            w = features.window[0] + (1 if self.translates("window-size") else 0)
+            return softmax_attention(q, k, v, m, hf_sliding_causal(w, q.shape[2],
+                                                                   k.shape[2] - q.shape[2]))
+
+    [row] = conventions.confirm(SlidingWindow("sliding-window-test"))
+    assert row.convention == "window-size" and row.confirmed, row
+    assert row.translated.startswith("agrees") and "differs" in row.untranslated
