@@ -29,7 +29,13 @@ ONNX Runtime; arrays are NumPy arrays throughout; masks are translated with :mod
   scale and before the mask and bias, as the spec does (float32: agrees with the oracle);
 * packed sequences (spec 1.2, SEG): per-batch key lengths alone, without a causal mask, are the
   node's ``nonpad_kv_seqlen`` input; segment ids, query lengths and causal masks with lengths
-  reach the node folded into its boolean ``attn_mask``.
+  reach the node folded into its boolean ``attn_mask``;
+* KV cache (spec 1.2, CACHE): the node's ``past_key`` / ``past_value`` inputs and ``present_key``
+  / ``present_value`` outputs (``Concat(past, K)``). A full cache without other masks uses the
+  node's ``is_causal`` (offset = the past length, CACHE-2); per-item ``past_lengths`` below
+  L_past, masks or bias go as ``attn_mask`` scattered into the node's key layout (past entries
+  beyond ``past_lengths[b]`` blocked), and weights and present cache are gathered back into
+  CACHE-1's layout (valid past, new, zeros).
 
 Observed with onnxruntime 1.32.0 (opset 24, CPU); see ``docs/ort.md`` for reproductions:
 
@@ -41,7 +47,9 @@ Observed with onnxruntime 1.32.0 (opset 24, CPU); see ``docs/ort.md`` for reprod
 * ``B = 0``, ``L_q = 0`` or ``L_k = 0`` is rejected by the kernel's parameter checks (SHAPE-4);
 * a fully masked row gives output 0 and weights 0, as MASK-9 asks;
 * float16 with a soft-cap above 65504 gives NaN: the kernel rounds c to float16, where it is inf
-  (declared against SOFTCAP-1 for float16 only).
+  (declared against SOFTCAP-1 for float16 only, and CACHE-1 / CACHE-2, whose tests draw caps);
+* with a cache, ``is_causal=1`` and one query with several new keys (L_q = 1 < L_k), the kernel
+  allows every key (ONNX's reference: j <= L_past + i); the adapter gives that call a mask.
 """
 
 from __future__ import annotations
@@ -52,7 +60,8 @@ import importlib.util
 
 import numpy as np
 
-from . import masks
+from . import _features, masks
+from ._base import AttentionOutputs, MHAParams
 from .adapters import MaskArgs, NumpyAdapter
 
 INSTALL_HINT = "pip install 'mhaspec[onnx]'"
@@ -119,23 +128,25 @@ class SessionCache:
 
 
 class NodeSpec(collections.namedtuple("NodeSpec",
-                                      "q k v mask dtype is_causal scale softcap lengths",
-                                      defaults=(None, False))):
+                                      "q k v mask dtype is_causal scale softcap lengths past",
+                                      defaults=(None, False, None))):
     """What one Attention model depends on: the shapes of Q (B, h, L_q, d_k), K (B, g, L_k, d_k),
     V (B, g, L_k, d_v) and ``attn_mask`` (B, h, L_q, L_k) or None, the mask's dtype name ("bool" or
     the inputs' dtype) or None, the inputs' dtype name, ``is_causal``, the ``scale`` attribute
     (None: the op's default), the ``softcap`` attribute (None: none, SOFTCAP-1) and whether the
-    node takes ``nonpad_kv_seqlen`` (per-batch key lengths, SEG-2)."""
+    node takes ``nonpad_kv_seqlen`` (per-batch key lengths, SEG-2); ``past``: the shapes of
+    ``past_key`` (B, g, L_past, d_k) and ``past_value`` (B, g, L_past, d_v), or None (CACHE-1)."""
 
 
 def attention_model(spec: NodeSpec):
     """The ONNX model of one ``Attention`` node (opset 24) for ``spec``: inputs ``Q``, ``K``,
-    ``V`` [, ``attn_mask``], outputs ``Y`` and ``W`` (``qk_matmul_output`` after the softmax)."""
+    ``V`` [, ``attn_mask``] [, ``past_key``, ``past_value``], outputs ``Y`` [, ``present_key``,
+    ``present_value``] and ``W`` (``qk_matmul_output`` after the softmax)."""
     onnx = _onnx()
     helper, mapping = onnx.helper, onnx.helper.np_dtype_to_tensor_dtype
     elem = mapping(np.dtype(spec.dtype))
     b, h, len_q, _ = spec.q
-    len_k, d_v = spec.k[2], spec.v[3]
+    len_k, d_v = spec.k[2] + (spec.past[0][2] if spec.past else 0), spec.v[3]
     inputs = [helper.make_tensor_value_info(n, elem, s)
               for n, s in (("Q", spec.q), ("K", spec.k), ("V", spec.v))]
     names = ["Q", "K", "V", ""]
@@ -143,20 +154,30 @@ def attention_model(spec: NodeSpec):
         inputs.append(helper.make_tensor_value_info("attn_mask", mapping(np.dtype(spec.mask[1])),
                                                     spec.mask[0]))
         names[3] = "attn_mask"
+    names += ["", ""]
+    if spec.past:
+        inputs += [helper.make_tensor_value_info(n, elem, shape)
+                   for n, shape in zip(("past_key", "past_value"), spec.past)]
+        names[4:6] = ["past_key", "past_value"]
     if spec.lengths:
         inputs.append(helper.make_tensor_value_info("nonpad_kv_seqlen", onnx.TensorProto.INT64,
                                                     (b,)))
-        names += ["", "", "nonpad_kv_seqlen"]
+        names.append("nonpad_kv_seqlen")
     while names[-1] == "":
         names.pop()
     outputs = [helper.make_tensor_value_info("Y", elem, (b, h, len_q, d_v)),
                helper.make_tensor_value_info("W", elem, (b, h, len_q, len_k))]
+    presents = ["", ""]
+    if spec.past:
+        presents = ["present_key", "present_value"]
+        outputs += [helper.make_tensor_value_info(n, elem, (*shape[:2], len_k, shape[3]))
+                    for n, shape in zip(presents, spec.past)]
     attrs = {"is_causal": int(spec.is_causal), "qk_matmul_output_mode": WEIGHTS_MODE}
     if spec.scale is not None:
         attrs["scale"] = float(spec.scale)
     if spec.softcap is not None:
         attrs["softcap"] = float(spec.softcap)
-    node = helper.make_node("Attention", names, ["Y", "", "", "W"], **attrs)
+    node = helper.make_node("Attention", names, ["Y", *presents, "W"], **attrs)
     graph = helper.make_graph([node], "attention", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 10  # the IR version of opset 23-24; accepted by onnxruntime >= 1.22
@@ -179,7 +200,8 @@ class OrtAttention(NumpyAdapter):
     framework = "onnxruntime"
     native_op = f"ONNX Attention (opset {OPSET}) on onnxruntime CPUExecutionProvider"
     capabilities = frozenset({"sdpa", "mha", "weights", "masks", "bias", "scale", "legacy_mask",
-                              "causal", "cross", "errors", "gqa", "softcap", "segments"})
+                              "causal", "cross", "errors", "gqa", "softcap", "segments",
+                              "kv_cache"})
     deviations = {
         "NUM-1": "float64 is not supported: the float64 kernel takes sqrt(scale) in float32 and "
                  "multiplies Q and K by it (logit errors ~3e-8 relative for the default "
@@ -204,9 +226,12 @@ class OrtAttention(NumpyAdapter):
     def deviations_on(self, device: str, dtype: str) -> dict[str, str]:
         if dtype != "float16":
             return self.deviations
-        return {**self.deviations, "SOFTCAP-1": (
-            "in float16 a soft-cap c above float16's largest value (65504) gives NaN: the "
-            "kernel rounds c to the inputs' dtype, so c = inf and c * tanh(S / c) = inf * 0")}
+        softcap = ("in float16 a soft-cap c above float16's largest value (65504) gives NaN: the "
+                   "kernel rounds c to the inputs' dtype, so c = inf and c * tanh(S / c) = inf * 0")
+        through_cache = (f"SOFTCAP-1's float16 deviation in a call with a KV cache: {softcap}; the "
+                         f"cache itself agrees (float32, and float16 with c <= 65504)")
+        return {**self.deviations, "SOFTCAP-1": softcap, "CACHE-1": through_cache,
+                "CACHE-2": through_cache}
 
     def dtypes(self, device: str) -> tuple[str, ...]:
         return ("float32", "float16")  # float64: scale taken in float32 (see deviations)
@@ -226,35 +251,122 @@ class OrtAttention(NumpyAdapter):
     def attention(self, q, k, v, m: MaskArgs, kv_lengths=None):
         """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), g dividing h, optional
         int64 ``kv_lengths`` (B,) -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k))."""
-        b, h, len_q, d_k = self._shape(q)
-        len_k = self._shape(k)[2]
+        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         is_causal = self.native_causal(m.causal, len_q, len_k)
         attn_mask = self._attn_mask(q, len_k, m, None if is_causal else m.causal)
+        return self._node(q, k, v, m, attn_mask, is_causal, kv_lengths=kv_lengths)
+
+    def _node(self, q, k, v, m: MaskArgs, attn_mask, is_causal: bool, *, kv_lengths=None,
+              past=None):
+        """Run one node: ``attn_mask`` (rank 4, over the node's L_past + L_k keys) or None,
+        ``past`` = (past_key, past_value) or None -> [Y, W] or [Y, W, present_key,
+        present_value] in the node's own layout (present = Concat(past, K))."""
+        b, h, len_q, d_k = self._shape(q)
+        len_all = self._shape(k)[2] + (self._shape(past[0])[2] if past is not None else 0)
         scale = None if masks.is_default_scale(m.scale, d_k) else m.scale
         feeds = {"Q": q, "K": k, "V": v}
         mask_sig = None
         if attn_mask is not None:
-            attn_mask = np.ascontiguousarray(np.broadcast_to(attn_mask, (b, h, len_q, len_k)))
+            attn_mask = np.ascontiguousarray(np.broadcast_to(attn_mask, (b, h, len_q, len_all)))
             feeds["attn_mask"] = attn_mask
             mask_sig = (attn_mask.shape, attn_mask.dtype.name)
         if kv_lengths is not None:
             feeds["nonpad_kv_seqlen"] = kv_lengths
+        if past is not None:
+            feeds["past_key"], feeds["past_value"] = past
         feeds = {n: np.ascontiguousarray(x) for n, x in feeds.items()}
         spec = NodeSpec(q.shape, k.shape, v.shape, mask_sig, q.dtype.name, is_causal, scale,
-                        None if m.softcap is None else float(m.softcap), kv_lengths is not None)
+                        None if m.softcap is None else float(m.softcap), kv_lengths is not None,
+                        None if past is None else (past[0].shape, past[1].shape))
         session = self.sessions.get(spec, lambda: cpu_session(attention_model(spec)))
-        out, weights = session.run(["Y", "W"], feeds)
-        return out, weights
+        names = ["Y", "W"] + (["present_key", "present_value"] if past is not None else [])
+        return session.run(names, feeds)
 
-    def _attn_mask(self, q, len_k: int, m: MaskArgs, causal):
+    # -- KV cache (CACHE): the node's past_key / past_value -------------------------------------
+    def _sdpa_features(self, q, k, v, m: MaskArgs, feats):
+        """A call with a KV cache runs the node with ``past_key`` / ``past_value``; with a full
+        cache and no mask, bias or other feature, its own ``is_causal`` (offset = the past
+        length, CACHE-2); otherwise the structural mask of the call, laid out as the node's keys.
+        Other feature calls: :meth:`attention_features` or the generic path."""
+        if not feats.cached or feats.lse:
+            return super()._sdpa_features(q, k, v, m, feats)
+        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
+        plan = _features.plan(feats, batch=self._shape(q)[0], len_q=len_q, len_k=len_k,
+                              causal=m.causal)
+        # one query with several new keys: onnxruntime's is_causal then allows every key (ONNX's
+        # reference and CACHE-2 allow j <= L_past + i; docs/ort.md), so that call takes the mask
+        plain = (plan.index is None and feats.window is None and feats.slopes is None
+                 and all(x is None for x in (m.mask, m.bias, m.legacy_mask, m.key_padding_mask))
+                 and not (m.causal is not None and len_q == 1 < len_k))
+        if plain:
+            folded = m._replace(causal=None, softcap=feats.softcap)
+        else:
+            folded = self._feature_masks(q, m, feats, plan, len_q, feats.len_past + len_k)
+        out = self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index,
+                           is_causal=plain and m.causal is not None)
+        return self._outputs(feats, out, len_k, q)
+
+    def _mha_ext(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs,
+                 num_kv_heads: int | None = None, lse: bool = False, cache=None):
+        """Multi-head attention with a KV cache (projected past keys and values): the spec's
+        projections in NumPy around the node with ``past_key`` / ``past_value``."""
+        if cache is None or lse:
+            return super()._mha_ext(query, key, value, p, num_heads, m, num_kv_heads, lse, cache)
+        g = num_heads if num_kv_heads is None else num_kv_heads
+        q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
+        k = self._split(self._linear(key, p.w_k, p.b_k), g)
+        v = self._split(self._linear(value, p.w_v, p.b_v), g)
+        res = self._cached(q, k, v, m, cache.past_key, cache.past_value, cache.index)
+        return res._replace(output=self._linear(self._combine(res.output), p.w_o, p.b_o))
+
+    def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index, *, is_causal=False):
+        """The node with ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v):
+        ``m`` holds the call's masks over CACHE-1's present layout (L_K = L_past + L_k);
+        ``index`` (B, L_K) gathers that layout from ``Concat(past, new, zero)`` (None: a full
+        cache, the layouts coincide). The node sees every past entry, so the mask is scattered
+        into its layout, where entries past ``past_lengths[b]`` stay blocked, and its weights and
+        present cache are gathered back. -> :class:`AttentionOutputs` without lse."""
+        attn_mask = self._attn_mask(q, self._shape(k)[2] + self._shape(past_key)[2], m, None,
+                                    extra=m.alibi)
+        if index is not None:
+            attn_mask = _scatter_keys(np.broadcast_to(attn_mask, (*q.shape[:3], index.shape[1])),
+                                      index)
+        out, weights, present_key, present_value = self._node(
+            q, k, v, m, attn_mask, is_causal, past=(past_key, past_value))
+        if index is not None:
+            weights = _gather_keys(weights, index[:, None, None, :], axis=3)
+            present_key, present_value = (_gather_keys(x, index[:, None, :, None], axis=2)
+                                          for x in (present_key, present_value))
+        return AttentionOutputs(out, weights, None, present_key, present_value)
+
+    def _attn_mask(self, q, len_k: int, m: MaskArgs, causal, extra=None):
         """The one ``attn_mask`` of the node: boolean (True = may attend) or float in q's dtype
-        (-inf where blocked), rank 4, or None."""
+        (-inf where blocked), rank 4, or None; ``extra``: one more additive term (ALiBi)."""
         allowed = masks.allowed_mask(self._shape(q)[2], len_k, like=q, mask=m.mask,
                                      key_padding_mask=m.key_padding_mask, causal=causal)
         additive = masks.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
+        if extra is not None:
+            additive = extra if additive is None else additive + extra
         if additive is None:
             return allowed
         return masks.fill_blocked(allowed, like=q, additive=additive)
+
+
+def _scatter_keys(mask, index):
+    """mask (B, h, L_q, L_K) in CACHE-1's layout -> the node's layout (B, h, L_q, L_past + L_k):
+    entry j goes to ``index[b, j]``; slots nothing lands on (invalid past entries) are blocked."""
+    blocked = False if mask.dtype == np.bool_ else -np.inf
+    node = np.full((*mask.shape[:3], index.shape[1] + 1), blocked, mask.dtype)
+    np.put_along_axis(node, np.broadcast_to(index[:, None, None, :], mask.shape), mask, axis=3)
+    return node[..., :-1]
+
+
+def _gather_keys(x, index, axis: int):
+    """The node's layout -> CACHE-1's: ``Concat(x, zero)`` along ``axis``, gathered by ``index``."""
+    zero = np.zeros_like(np.take(x, [0], axis=axis))
+    full = np.concatenate([x, zero], axis=axis)
+    return np.take_along_axis(full, np.broadcast_to(index, (*x.shape[:axis], index.shape[axis],
+                                                             *x.shape[axis + 1:])), axis=axis)
 
 
 ATTENTION = OrtAttention("ort-attention")

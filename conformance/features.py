@@ -25,7 +25,7 @@ SOFTCAPS = (1e-3, 0.5, 5.0, 50.0, 1e6)
 WIDE = 32
 #: Window sides: 0 (the diagonal only), 1, 3, wider than L_k, unbounded.
 WINDOW_SIDES = (0, 1, 3, WIDE, None)
-#: ALiBi slopes: the paper's geometric sequence, random per head, all zero, random per (B, h).
+#: ALiBi slopes: the geometric sequence 2^(-8 (i + 1) / h), random per head, all zero, random per (B, h).
 ALIBI_KINDS = ("geometric", "random", "zero", "per_batch")
 #: Segment ids: one segment, a segment per token, contiguous packing, arbitrary scattered ids.
 SEGMENT_KINDS = ("one", "per_token", "packed", "scattered")
@@ -73,7 +73,8 @@ def kv_heads(spec) -> int:
 
 
 def geometric_slopes(h: int) -> np.ndarray:
-    """The ALiBi paper's slopes 2^(-8 (i + 1) / h), i = 0 .. h-1."""
+    """The geometric slopes 2^(-8 (i + 1) / h), i = 0 .. h-1: the ALiBi paper's ``get_slopes`` only
+    for h a power of two (otherwise the paper interleaves two sequences; erratum 1.2-E6)."""
     return 2.0 ** (-8.0 * (np.arange(h) + 1) / h)
 
 

@@ -252,3 +252,71 @@ def test_key_lengths_go_to_nonpad_kv_seqlen_where_exact(backend, kw, native):
     want = oracle.attention_result(*(x.astype(np.float64) for x in (q, k, v)), **kw).output
     assert np.abs(out - want).max() < FLOAT32_TOL
     assert [spec.lengths for spec in backend.sessions.keys()] == [native]
+
+
+# -- KV cache (CACHE): the node's past_key / past_value
+
+def _cached_node(ort_native, q, k, v, past_key, past_value, *, reference: bool):
+    """One causal Attention node with a cache, run by onnxruntime or by ONNX's own reference
+    evaluator: (Y, present_key, W)."""
+    from onnx.reference import ReferenceEvaluator
+
+    spec = ort_native.NodeSpec(q.shape, k.shape, v.shape, None, q.dtype.name, True, None, None,
+                               False, (past_key.shape, past_value.shape))
+    model = ort_native.attention_model(spec)
+    feeds = {"Q": q, "K": k, "V": v, "past_key": past_key, "past_value": past_value}
+    names = ["Y", "present_key", "W"]
+    if reference:
+        return ReferenceEvaluator(model).run(names, feeds)
+    return ort_native.cpu_session(model).run(names, feeds)
+
+
+@pytest.mark.parametrize("len_q, len_k", [(1, 2), (1, 4), (2, 3), (3, 2), (1, 1)])
+def test_onnxruntime_is_causal_with_a_cache_ignores_the_mask_for_one_query(ort_native, len_q,
+                                                                           len_k):
+    """With ``past_key`` and ``is_causal=1``, ONNX (its reference) and CACHE-2 allow present key
+    j for query i iff j <= L_past + i; onnxruntime 1.32 does so, except with one query and several
+    new keys, where it allows every key. The adapter therefore sends that call an explicit mask."""
+    rng = np.random.default_rng(40)
+    l_past = 3
+    q, k, v = (rng.standard_normal((1, 2, n, 4)).astype(np.float32)
+               for n in (len_q, len_k, len_k))
+    past_key, past_value = (rng.standard_normal((1, 2, l_past, 4)).astype(np.float32)
+                            for _ in range(2))
+    runtime = _cached_node(ort_native, q, k, v, past_key, past_value, reference=False)
+    onnx_ref = _cached_node(ort_native, q, k, v, past_key, past_value, reference=True)
+    want = oracle.attention_result(*(x.astype(np.float64) for x in (q, k, v)),
+                                   past_key=past_key.astype(np.float64),
+                                   past_value=past_value.astype(np.float64), causal="bottom_right")
+    assert np.abs(onnx_ref[0] - want.output).max() < FLOAT32_TOL
+    assert np.array_equal(runtime[1], np.concatenate([past_key, k], axis=2))  # CACHE-1, full
+    ignored = len_q == 1 < len_k
+    assert np.array_equal(runtime[2] > 0, want.weights > 0) != ignored
+    assert (runtime[2] > 0).all() or not ignored
+    assert (np.abs(runtime[0] - want.output).max() < FLOAT32_TOL) != ignored
+
+
+@pytest.mark.parametrize("past_lengths, mask", [(None, False), ([3, 1], False), ([0, 2], True)])
+@pytest.mark.parametrize("len_q, len_k", [(2, 2), (1, 3), (3, 1)])
+def test_cache_calls_match_the_oracle(backend, past_lengths, mask, len_q, len_k):
+    """CACHE-1, CACHE-2 through the node's past_key / past_value: a full or partly valid cache
+    (the mask scattered into the node's layout, the present cache gathered back), with a mask."""
+    rng = np.random.default_rng(41)
+    l_past = 3
+    q = rng.standard_normal((B, H, len_q, D_K)).astype(np.float32)
+    k = rng.standard_normal((B, 1, len_k, D_K)).astype(np.float32)
+    v = rng.standard_normal((B, 1, len_k, D_V)).astype(np.float32)
+    past_key = rng.standard_normal((B, 1, l_past, D_K)).astype(np.float32)
+    past_value = rng.standard_normal((B, 1, l_past, D_V)).astype(np.float32)
+    kw = {"causal": "bottom_right", "past_key": past_key, "past_value": past_value}
+    if past_lengths is not None:
+        kw["past_lengths"] = np.array(past_lengths)
+    if mask:
+        kw["mask"] = rng.random((B, 1, len_q, l_past + len_k)) < 0.7
+    got = backend.scaled_dot_product_attention(q, k, v, **kw)
+    want = oracle.attention_result(*(x.astype(np.float64) for x in (q, k, v)),
+                                   **{n: x.astype(np.float64) if n.startswith("past_") and
+                                      n != "past_lengths" else x for n, x in kw.items()})
+    for name in ("output", "weights", "present_key", "present_value"):
+        assert np.abs(getattr(got, name) - getattr(want, name)).max() < FLOAT32_TOL, name
+    assert np.array_equal(got.present_lengths, want.present_lengths)
