@@ -320,3 +320,44 @@ def test_cache_calls_match_the_oracle(backend, past_lengths, mask, len_q, len_k)
     for name in ("output", "weights", "present_key", "present_value"):
         assert np.abs(getattr(got, name) - getattr(want, name)).max() < FLOAT32_TOL, name
     assert np.array_equal(got.present_lengths, want.present_lengths)
+
+
+def test_group_query_attention_local_window_size_w_means_w_keys(ort_native):
+    """Erratum 1.2-E3's table: onnxruntime's ``com.microsoft.GroupQueryAttention`` with
+    ``local_window_size = W`` lets query i see keys i - W < j <= i: W keys, the spec's
+    ``window=(W - 1, 0)`` with a bottom-right causal mask (CACHE-2's positions with a cache).
+    The op takes packed (B, L, heads * d) inputs and a head size that is a multiple of 8."""
+    onnx, ort = ort_native._onnx(), ort_native._ort()
+    helper, f32, i32 = onnx.helper, onnx.TensorProto.FLOAT, onnx.TensorProto.INT32
+    rng = np.random.default_rng(42)
+    for w, past, new in [(1, 0, 4), (2, 0, 5), (3, 0, 6), (2, 4, 2), (3, 5, 1)]:
+        q, k, v = (rng.standard_normal((1, new, 8)).astype(np.float32) for _ in range(3))
+        past_key, past_value = (rng.standard_normal((1, 1, past, 8)).astype(np.float32)
+                                for _ in range(2))
+        inputs = [helper.make_tensor_value_info(n, f32, x.shape) for n, x in
+                  (("q", q), ("k", k), ("v", v), ("pk", past_key), ("pv", past_value))]
+        inputs += [helper.make_tensor_value_info("seqlens_k", i32, (1,)),
+                   helper.make_tensor_value_info("total", i32, ())]
+        node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens_k",
+                                                        "total"], ["y", "pk_out", "pv_out"],
+                                domain="com.microsoft", num_heads=1, kv_num_heads=1,
+                                local_window_size=w)
+        graph = helper.make_graph([node], "gqa", inputs,
+                                  [helper.make_tensor_value_info(n, f32, None)
+                                   for n in ("y", "pk_out", "pv_out")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                        helper.make_opsetid("com.microsoft", 1)])
+        model.ir_version = 10
+        y = ort_native.cpu_session(model).run(["y"], {
+            "q": q, "k": k, "v": v, "pk": past_key, "pv": past_value,
+            "seqlens_k": np.array([past + new - 1], np.int32),
+            "total": np.array(past + new, np.int32)})[0]
+        heads = [x[:, None].astype(np.float64) for x in (q, k, v)]  # (B, 1, L, d)
+        want = oracle.attention_result(*heads, past_key=past_key.astype(np.float64),
+                                       past_value=past_value.astype(np.float64),
+                                       causal="bottom_right", window=(w - 1, 0)).output
+        one_short = oracle.attention_result(*heads, past_key=past_key.astype(np.float64),
+                                            past_value=past_value.astype(np.float64),
+                                            causal="bottom_right", window=(w, 0)).output
+        assert np.abs(y - want[:, 0]).max() < FLOAT32_TOL, (w, past, new)
+        assert np.abs(y - one_short[:, 0]).max() > 1e-3, (w, past, new)
