@@ -63,6 +63,7 @@ import numpy as np
 from . import _features, masks
 from ._base import AttentionOutputs, MHAParams
 from .adapters import MaskArgs, NumpyAdapter
+from .cache_layout import LibraryCache
 
 INSTALL_HINT = "pip install 'mhaspec[onnx]'"
 OPSET = 24
@@ -194,7 +195,7 @@ def cpu_session(model):
                                 providers=["CPUExecutionProvider"])
 
 
-class OrtAttention(NumpyAdapter):
+class OrtAttention(LibraryCache, NumpyAdapter):
     """ONNX ``Attention`` on ONNX Runtime (CPU) behind the spec's SDPA and multi-head attention."""
 
     framework = "onnxruntime"
@@ -329,14 +330,13 @@ class OrtAttention(NumpyAdapter):
         attn_mask = self._attn_mask(q, self._shape(k)[2] + self._shape(past_key)[2], m, None,
                                     extra=m.alibi)
         if index is not None:
-            attn_mask = _scatter_keys(np.broadcast_to(attn_mask, (*q.shape[:3], index.shape[1])),
-                                      index)
+            attn_mask = self.to_library_layout(attn_mask, index,
+                                               False if attn_mask.dtype == np.bool_ else -np.inf)
         out, weights, present_key, present_value = self._node(
             q, k, v, m, attn_mask, is_causal, past=(past_key, past_value))
         if index is not None:
-            weights = _gather_keys(weights, index[:, None, None, :], axis=3)
-            present_key, present_value = (_gather_keys(x, index[:, None, :, None], axis=2)
-                                          for x in (present_key, present_value))
+            weights, present_key, present_value = self.from_library_layout(
+                weights, present_key, present_value, index)
         return AttentionOutputs(out, weights, None, present_key, present_value)
 
     def _attn_mask(self, q, len_k: int, m: MaskArgs, causal, extra=None):
@@ -350,23 +350,6 @@ class OrtAttention(NumpyAdapter):
         if additive is None:
             return allowed
         return masks.fill_blocked(allowed, like=q, additive=additive)
-
-
-def _scatter_keys(mask, index):
-    """mask (B, h, L_q, L_K) in CACHE-1's layout -> the node's layout (B, h, L_q, L_past + L_k):
-    entry j goes to ``index[b, j]``; slots nothing lands on (invalid past entries) are blocked."""
-    blocked = False if mask.dtype == np.bool_ else -np.inf
-    node = np.full((*mask.shape[:3], index.shape[1] + 1), blocked, mask.dtype)
-    np.put_along_axis(node, np.broadcast_to(index[:, None, None, :], mask.shape), mask, axis=3)
-    return node[..., :-1]
-
-
-def _gather_keys(x, index, axis: int):
-    """The node's layout -> CACHE-1's: ``Concat(x, zero)`` along ``axis``, gathered by ``index``."""
-    zero = np.zeros_like(np.take(x, [0], axis=axis))
-    full = np.concatenate([x, zero], axis=axis)
-    return np.take_along_axis(full, np.broadcast_to(index, (*x.shape[:axis], index.shape[axis],
-                                                             *x.shape[axis + 1:])), axis=axis)
 
 
 ATTENTION = OrtAttention("ort-attention")

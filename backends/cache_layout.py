@@ -1,0 +1,59 @@
+"""A library's KV cache in CACHE-1's layout: for adapters whose library keeps every past entry.
+
+Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
+keys, L_K = L_past + L_k, d per-head width.
+
+A library cache (ONNX ``past_key``, a Hugging Face ``DynamicCache``) attends ``Concat(past, new)``:
+every one of the L_past past entries, then the new ones. CACHE-1's present cache holds the valid
+past of item b (``past_lengths[b]`` entries), the new entries, then zeros. With a full cache the
+two coincide; otherwise the adapter moves the call's mask into the library's layout (past entries
+beyond ``past_lengths[b]`` blocked) and the weights and present cache back. Both moves are
+gathers along the key axis with the backend's own ``_take_keys``, by indices computed in NumPy
+from the present-cache index (:func:`.positions.present_index`, the ``index`` of a feature plan).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .array_ops import ops_for
+
+
+def library_index(present_index: np.ndarray) -> np.ndarray:
+    """present_index (B, L_K), values in [0, L_K] (L_K: the zero slot) -> (B, L_K): for each slot
+    of ``Concat(past, new)``, the present-cache entry it holds, or L_K (one extra slot, blocked)
+    for a past entry beyond the valid length."""
+    b, l_all = present_index.shape
+    out = np.full((b, l_all + 1), l_all, np.int64)
+    np.put_along_axis(out, present_index, np.broadcast_to(np.arange(l_all), (b, l_all)), axis=1)
+    return out[:, :l_all]
+
+
+class LibraryCache:
+    """Mixin for an adapter (an array backend) whose library attends ``Concat(past, new)``."""
+
+    def _keys_last(self, x, index, fill: float):
+        """x (B|1, h|1, L_q, L) -> (B, h', L_q, L'): ``Concat(x, fill)`` gathered by ``index``
+        (B, L') along the last (key) axis."""
+        b = self._shape(index)[0]
+        shape = self._shape(x)
+        x = ops_for(x).broadcast_to(x, (b, *shape[1:]))
+        extra = self._full((*self._shape(x)[:-1], 1), fill, x)
+        keys_second = self._transpose(self._concat([x, extra], axis=-1), (0, 1, 3, 2))
+        return self._transpose(self._take_keys(keys_second, index), (0, 1, 3, 2))
+
+    def to_library_layout(self, mask, index, blocked: float):
+        """The call's ``attn_mask`` (B|1, h|1, L_q, L_K) in CACHE-1's layout -> the library's
+        (B, h|1, L_q, L_past + L_k); ``blocked``: the value of a blocked entry (False or -inf).
+        ``index``: the present-cache index (B, L_K) as NumPy."""
+        return self._keys_last(mask, self._constant(library_index(index), mask), blocked)
+
+    def from_library_layout(self, weights, present_key, present_value, index):
+        """The library's weights (B, h, L_q, L_past + L_k) and present cache (B, g, L_past + L_k,
+        d) -> CACHE-1's layout (invalid past entries dropped, zeros at the end)."""
+        at = self._constant(index, present_key)
+        present = []
+        for x in (present_key, present_value):
+            zero = self._full((*self._shape(x)[:2], 1, self._shape(x)[3]), 0.0, x)
+            present.append(self._take_keys(self._concat([x, zero], axis=-2), at))
+        return (None if weights is None else self._keys_last(weights, at, 0.0), *present)
