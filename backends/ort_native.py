@@ -61,7 +61,7 @@ import importlib.util
 import numpy as np
 
 from . import _features, masks
-from ._base import AttentionOutputs, MHAParams
+from ._base import AttentionOutputs
 from .adapters import MaskArgs, NumpyAdapter
 from .cache_layout import LibraryCache
 
@@ -306,19 +306,6 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         out = self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index,
                            is_causal=plain and m.causal is not None)
         return self._outputs(feats, out, len_k, q)
-
-    def _mha_ext(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs,
-                 num_kv_heads: int | None = None, lse: bool = False, cache=None):
-        """Multi-head attention with a KV cache (projected past keys and values): the spec's
-        projections in NumPy around the node with ``past_key`` / ``past_value``."""
-        if cache is None or lse:
-            return super()._mha_ext(query, key, value, p, num_heads, m, num_kv_heads, lse, cache)
-        g = num_heads if num_kv_heads is None else num_kv_heads
-        q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
-        k = self._split(self._linear(key, p.w_k, p.b_k), g)
-        v = self._split(self._linear(value, p.w_v, p.b_v), g)
-        res = self._cached(q, k, v, m, cache.past_key, cache.past_value, cache.index)
-        return res._replace(output=self._linear(self._combine(res.output), p.w_o, p.b_o))
 
     def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index, *, is_causal=False):
         """The node with ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v):

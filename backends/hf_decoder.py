@@ -1,0 +1,152 @@
+"""Adapter for Hugging Face Transformers' decoder attention with its KV cache: ``hf-gemma2-eager``.
+
+Axis legend: B batch, L_q / L_k lengths, h query heads, g key/value heads, L_past cached keys,
+d_k / d_v per-head widths.
+
+The op is Gemma 2's ``eager_attention_forward(module, query, key, value, attention_mask,
+dropout, scaling, softcap)`` (``transformers.models.gemma2.modeling_gemma2``; Llama's and
+Mistral's are the same function without ``softcap``), and a KV cache is a ``DynamicCache``:
+``cache.update(past_key, past_value, 0)`` then ``cache.update(k, v, 0)``, whose result is the
+keys and values attended, as a decoder layer does at each step. Inputs are validated before
+anything reaches Transformers. The mapping:
+
+* ``q`` ``(B, h, L_q, d_k)``, ``k``, ``v`` with g heads: as they are; the function repeats each
+  key/value head ``h / g`` times (``repeat_kv``, GQA-1) and returns the output as
+  ``(B, L_q, h, d_v)``, which the adapter transposes back;
+* ``scaling``: the spec's scale; ``softcap``: SOFTCAP-1's cap (``tanh(S / c) * c`` after the
+  scale, before the mask), Gemma 2's ``attn_logit_softcapping``;
+* masks: ``attention_mask`` is added to the logits; as Transformers builds it (``masking_utils``),
+  0 where a key may be attended and ``torch.finfo(dtype).min`` elsewhere, from the AND of ``mask``,
+  ``key_padding_mask`` and causal, plus ``bias`` and ``legacy_mask * -1e9``;
+* KV cache (CACHE): the ``DynamicCache`` holds every past entry, ``Concat(past, new)``; per-item
+  ``past_lengths`` below L_past go into ``attention_mask`` (:mod:`.cache_layout`), and the weights
+  and the cache's keys and values are laid out as CACHE-1's present cache;
+* multi-head attention: the spec's projections in PyTorch around the function (no rotary
+  embedding: the spec has none; a Gemma 2 layer's projections are plain ``nn.Linear``).
+
+Observed with transformers 5.24.0 on torch 2.13 (CPU):
+
+* a fully masked row attends uniformly (``finfo.min`` logits): output the mean of V (MASK-9);
+* a NaN key behind the mask leaks into every row (NaN + finfo.min is NaN; MASK-13);
+* the softmax runs in float32 (``softmax(..., dtype=torch.float32)``): float64 is not claimed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .optional import require
+
+require("transformers", extra="hf")
+
+from . import _features  # noqa: E402
+from . import masks as mask_forms  # noqa: E402
+from ._base import AttentionOutputs  # noqa: E402
+from .adapters import MaskArgs, TorchAdapter  # noqa: E402
+from .cache_layout import LibraryCache  # noqa: E402
+from .torch_backend import _torch  # noqa: E402
+
+
+@functools.cache
+def _hf():
+    """(DynamicCache, Gemma 2's eager_attention_forward)."""
+    from transformers import DynamicCache
+    from transformers.models.gemma2 import modeling_gemma2
+
+    return DynamicCache, modeling_gemma2.eager_attention_forward
+
+
+class _Module:
+    """What the attention function reads of its layer: the key/value head grouping, eval mode."""
+
+    def __init__(self, groups: int, head_dim: int):
+        self.num_key_value_groups = groups
+        self.head_dim = head_dim
+        self.training = False
+
+
+class HFDecoderAttention(LibraryCache, TorchAdapter):
+    """Gemma 2's eager attention function, with a ``DynamicCache``, behind the spec's SDPA."""
+
+    framework = "transformers"
+    native_op = "transformers Gemma 2 eager_attention_forward with a DynamicCache"
+    capabilities = frozenset({"sdpa", "mha", "weights", "masks", "bias", "scale", "legacy_mask",
+                              "causal", "cross", "errors", "gqa", "softcap", "kv_cache"})
+    deviations = {
+        "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
+                  "finfo(dtype).min, so the row's softmax is uniform)",
+        "MASK-11": "a fully masked row differs between mask=M (the mean of V: finfo.min logits) "
+                   "and bias=where(M, 0, -inf) (NaN: every logit -inf); rows with an allowed key "
+                   "agree",
+        "MASK-13": "a NaN or inf key behind the attention mask leaks into the rows that exclude "
+                   "it (the mask is added to the logits, and NaN + finfo.min is NaN)",
+        "NUM-1": "float64 is not supported: the softmax runs in float32 "
+                 "(softmax(..., dtype=torch.float32)), so float64 is not claimed",
+    }
+    conventions = {"mask-form": (
+        "MASK-1", "attention_mask is added to the logits: 0 where a key may be attended, "
+                  "finfo(dtype).min elsewhere; the adapter builds it from the spec's booleans")}
+
+    def framework_version(self) -> str:
+        import transformers
+
+        return transformers.__version__
+
+    def dtypes(self, device: str) -> tuple[str, ...]:
+        return ("float32", "float16", "bfloat16")  # float64: the softmax is float32 (NUM-1)
+
+    def _attention_mask(self, len_q: int, len_k: int, like, m: MaskArgs):
+        """``attention_mask`` as Transformers builds it (0 / finfo.min, plus bias), or None."""
+        allowed = mask_forms.allowed_mask(len_q, len_k, like=like, mask=m.mask,
+                                          key_padding_mask=m.key_padding_mask, causal=m.causal)
+        additive = mask_forms.additive_mask(like=like, bias=m.bias, legacy_mask=m.legacy_mask)
+        if m.alibi is not None:
+            additive = m.alibi if additive is None else additive + m.alibi
+        if allowed is None:
+            return additive
+        if not self.translates("mask-form"):
+            return allowed  # the spec's boolean as it is: added as 0 / 1 (what the op does)
+        blocked = mask_forms.fill_blocked(allowed, like=like, fill=_torch().finfo(like.dtype).min)
+        return blocked if additive is None else additive + blocked
+
+    def attention(self, q, k, v, m: MaskArgs):
+        return self._function(q, k, v, m, self._attention_mask(q.shape[2], k.shape[2], q, m))
+
+    def _function(self, q, k, v, m: MaskArgs, attention_mask):
+        """Gemma 2's eager_attention_forward -> (output (B, h, L_q, d_v), weights)."""
+        _, eager = _hf()
+        with _torch().no_grad():
+            out, weights = eager(_Module(q.shape[1] // k.shape[1], q.shape[3]), q, k, v,
+                                 attention_mask, dropout=0.0, scaling=m.scale,
+                                 softcap=None if m.softcap is None else float(m.softcap))
+        return out.transpose(1, 2), weights
+
+    # -- KV cache (CACHE): a DynamicCache -------------------------------------------------------
+    def _sdpa_features(self, q, k, v, m: MaskArgs, feats):
+        if not feats.cached or feats.lse:
+            return super()._sdpa_features(q, k, v, m, feats)
+        len_q, len_k = q.shape[2], k.shape[2]
+        plan = _features.plan(feats, batch=q.shape[0], len_q=len_q, len_k=len_k, causal=m.causal)
+        folded = self._feature_masks(q, m, feats, plan, len_q, feats.len_past + len_k)
+        res = self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index)
+        return self._outputs(feats, res, len_k, q)
+
+    def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index):
+        """The function over a ``DynamicCache`` holding ``past_key`` (B, g, L_past, d_k) and
+        ``past_value``, updated with ``k``, ``v``; ``m`` over CACHE-1's layout, ``index`` (B, L_K)
+        NumPy or None (a full cache) -> :class:`AttentionOutputs` without lse."""
+        dynamic_cache, _ = _hf()
+        cache = dynamic_cache()
+        cache.update(past_key, past_value, 0)
+        keys, values = cache.update(k, v, 0)
+        attention_mask = self._attention_mask(q.shape[2], keys.shape[2], q, m)
+        if index is not None:
+            attention_mask = self.to_library_layout(attention_mask, index,
+                                                    _torch().finfo(q.dtype).min)
+        out, weights = self._function(q, keys, values, m, attention_mask)
+        if index is not None:
+            weights, keys, values = self.from_library_layout(weights, keys, values, index)
+        return AttentionOutputs(out, weights, None, keys, values)
+
+
+EAGER = HFDecoderAttention("hf-gemma2-eager")
