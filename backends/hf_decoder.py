@@ -1,4 +1,5 @@
-"""Adapter for Hugging Face Transformers' decoder attention with its KV cache: ``hf-gemma2-eager``.
+"""Adapters for Hugging Face Transformers' decoder attention with its KV cache: ``hf-gemma2-eager``
+and ``hf-decoder-sdpa``.
 
 Axis legend: B batch, L_q / L_k lengths, h query heads, g key/value heads, L_past cached keys,
 d_k / d_v per-head widths.
@@ -7,7 +8,9 @@ The op is Gemma 2's ``eager_attention_forward(module, query, key, value, attenti
 dropout, scaling, softcap)`` (``transformers.models.gemma2.modeling_gemma2``; Llama's and
 Mistral's are the same function without ``softcap``), and a KV cache is a ``DynamicCache``:
 ``cache.update(past_key, past_value, 0)`` then ``cache.update(k, v, 0)``, whose result is the
-keys and values attended, as a decoder layer does at each step. Inputs are validated before
+keys and values attended, as a decoder layer does at each step. ``hf-decoder-sdpa`` is the same
+with ``ALL_ATTENTION_FUNCTIONS["sdpa"]`` (``sdpa_attention_forward``: torch's
+``scaled_dot_product_attention``; no ``softcap``, no weights). Inputs are validated before
 anything reaches Transformers. The mapping:
 
 * ``q`` ``(B, h, L_q, d_k)``, ``k``, ``v`` with g heads: as they are; the function repeats each
@@ -15,16 +18,21 @@ anything reaches Transformers. The mapping:
   ``(B, L_q, h, d_v)``, which the adapter transposes back;
 * ``scaling``: the spec's scale; ``softcap``: SOFTCAP-1's cap (``tanh(S / c) * c`` after the
   scale, before the mask), Gemma 2's ``attn_logit_softcapping``;
-* masks: ``attention_mask`` is added to the logits; as Transformers builds it (``masking_utils``),
-  0 where a key may be attended and ``torch.finfo(dtype).min`` elsewhere, from the AND of ``mask``,
-  ``key_padding_mask`` and causal, plus ``bias`` and ``legacy_mask * -1e9``;
+* masks, eager: ``attention_mask`` is added to the logits; as Transformers builds it
+  (``masking_utils``), 0 where a key may be attended and ``torch.finfo(dtype).min`` elsewhere, from
+  the AND of ``mask``, ``key_padding_mask`` and causal, plus ``bias`` and ``legacy_mask * -1e9``;
+  sdpa: the boolean (True = may attend, as Transformers passes it), or ``where(allowed, bias,
+  -inf)`` with a bias, and ``is_causal=False`` always (the function's default is causal when no
+  mask is given: ``getattr(module, "is_causal", True)``);
 * KV cache (CACHE): the ``DynamicCache`` holds every past entry, ``Concat(past, new)``; per-item
   ``past_lengths`` below L_past go into ``attention_mask`` (:mod:`.cache_layout`), and the weights
   and the cache's keys and values are laid out as CACHE-1's present cache;
 * multi-head attention: the spec's projections in PyTorch around the function (no rotary
   embedding: the spec has none; a Gemma 2 layer's projections are plain ``nn.Linear``).
 
-Observed with transformers 5.24.0 on torch 2.13 (CPU):
+Observed with transformers 5.24.0 on torch 2.13 (CPU), eager (sdpa: MASK-13 and NUM-6 through
+torch's fused CPU kernel, as ``hf-bert-sdpa``, and ``B = 0`` or ``L_q = 0`` fails in the
+function's final reshape to ``(B, -1, L_q, d_v)``, SHAPE-4):
 
 * a fully masked row attends uniformly (``finfo.min`` logits): output the mean of V (MASK-9);
 * a NaN key behind the mask leaks into every row (NaN + finfo.min is NaN; MASK-13);
@@ -34,6 +42,7 @@ Observed with transformers 5.24.0 on torch 2.13 (CPU):
 from __future__ import annotations
 
 import functools
+import math
 
 from .optional import require
 
@@ -49,11 +58,13 @@ from .torch_backend import _torch  # noqa: E402
 
 @functools.cache
 def _hf():
-    """(DynamicCache, Gemma 2's eager_attention_forward)."""
+    """(DynamicCache, {"eager": Gemma 2's eager_attention_forward, "sdpa": sdpa_attention_forward})."""
     from transformers import DynamicCache
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.models.gemma2 import modeling_gemma2
 
-    return DynamicCache, modeling_gemma2.eager_attention_forward
+    return DynamicCache, {"eager": modeling_gemma2.eager_attention_forward,
+                          "sdpa": sdpa_attention_forward}
 
 
 class _Module:
@@ -63,29 +74,26 @@ class _Module:
         self.num_key_value_groups = groups
         self.head_dim = head_dim
         self.training = False
+        self.is_causal = False
 
 
 class HFDecoderAttention(LibraryCache, TorchAdapter):
-    """Gemma 2's eager attention function, with a ``DynamicCache``, behind the spec's SDPA."""
+    """A decoder attention function of Transformers (``implementation``: "eager" or "sdpa"), with
+    a ``DynamicCache``, behind the spec's SDPA."""
 
     framework = "transformers"
-    native_op = "transformers Gemma 2 eager_attention_forward with a DynamicCache"
-    capabilities = frozenset({"sdpa", "mha", "weights", "masks", "bias", "scale", "legacy_mask",
-                              "causal", "cross", "errors", "gqa", "softcap", "kv_cache"})
-    deviations = {
-        "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
-                  "finfo(dtype).min, so the row's softmax is uniform)",
-        "MASK-11": "a fully masked row differs between mask=M (the mean of V: finfo.min logits) "
-                   "and bias=where(M, 0, -inf) (NaN: every logit -inf); rows with an allowed key "
-                   "agree",
-        "MASK-13": "a NaN or inf key behind the attention mask leaks into the rows that exclude "
-                   "it (the mask is added to the logits, and NaN + finfo.min is NaN)",
-        "NUM-1": "float64 is not supported: the softmax runs in float32 "
-                 "(softmax(..., dtype=torch.float32)), so float64 is not claimed",
-    }
-    conventions = {"mask-form": (
-        "MASK-1", "attention_mask is added to the logits: 0 where a key may be attended, "
-                  "finfo(dtype).min elsewhere; the adapter builds it from the spec's booleans")}
+
+    def __init__(self, name: str, implementation: str, *, capabilities: frozenset,
+                 deviations: dict, conventions: dict, dtypes: tuple[str, ...]):
+        self.implementation = implementation
+        function = ("Gemma 2 eager_attention_forward" if implementation == "eager"
+                    else "sdpa_attention_forward")
+        self.native_op = f"transformers {function} with a DynamicCache"
+        self.capabilities = capabilities
+        self.deviations = deviations
+        self.conventions = conventions
+        self._dtypes = dtypes
+        super().__init__(name)
 
     def framework_version(self) -> str:
         import transformers
@@ -93,7 +101,7 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
         return transformers.__version__
 
     def dtypes(self, device: str) -> tuple[str, ...]:
-        return ("float32", "float16", "bfloat16")  # float64: the softmax is float32 (NUM-1)
+        return self._dtypes
 
     def _attention_mask(self, len_q: int, len_k: int, like, m: MaskArgs):
         """``attention_mask`` as Transformers builds it (0 / finfo.min, plus bias), or None."""
@@ -104,6 +112,9 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
             additive = m.alibi if additive is None else additive + m.alibi
         if allowed is None:
             return additive
+        if self.implementation == "sdpa":
+            return allowed if additive is None else mask_forms.fill_blocked(allowed, like=like,
+                                                                            additive=additive)
         if not self.translates("mask-form"):
             return allowed  # the spec's boolean as it is: added as 0 / 1 (what the op does)
         blocked = mask_forms.fill_blocked(allowed, like=like, fill=_torch().finfo(like.dtype).min)
@@ -113,12 +124,13 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
         return self._function(q, k, v, m, self._attention_mask(q.shape[2], k.shape[2], q, m))
 
     def _function(self, q, k, v, m: MaskArgs, attention_mask):
-        """Gemma 2's eager_attention_forward -> (output (B, h, L_q, d_v), weights)."""
-        _, eager = _hf()
+        """The attention function -> (output (B, h, L_q, d_v), weights or None)."""
+        function = _hf()[1][self.implementation]
+        extra = ({"softcap": None if m.softcap is None else float(m.softcap)}
+                 if self.implementation == "eager" else {"is_causal": False})
         with _torch().no_grad():
-            out, weights = eager(_Module(q.shape[1] // k.shape[1], q.shape[3]), q, k, v,
-                                 attention_mask, dropout=0.0, scaling=m.scale,
-                                 softcap=None if m.softcap is None else float(m.softcap))
+            out, weights = function(_Module(q.shape[1] // k.shape[1], q.shape[3]), q, k, v,
+                                    attention_mask, dropout=0.0, scaling=m.scale, **extra)
         return out.transpose(1, 2), weights
 
     # -- KV cache (CACHE): a DynamicCache -------------------------------------------------------
@@ -141,12 +153,44 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
         keys, values = cache.update(k, v, 0)
         attention_mask = self._attention_mask(q.shape[2], keys.shape[2], q, m)
         if index is not None:
-            attention_mask = self.to_library_layout(attention_mask, index,
-                                                    _torch().finfo(q.dtype).min)
+            blocked = (False if attention_mask.dtype == _torch().bool else
+                       _torch().finfo(q.dtype).min if self.implementation == "eager" else -math.inf)
+            attention_mask = self.to_library_layout(attention_mask, index, blocked)
         out, weights = self._function(q, keys, values, m, attention_mask)
         if index is not None:
             weights, keys, values = self.from_library_layout(weights, keys, values, index)
         return AttentionOutputs(out, weights, None, keys, values)
 
 
-EAGER = HFDecoderAttention("hf-gemma2-eager")
+_CAPABILITIES = frozenset({"sdpa", "mha", "masks", "bias", "scale", "legacy_mask", "causal",
+                           "cross", "errors", "gqa", "kv_cache"})
+_MASK_13 = ("a NaN or inf key behind the attention mask leaks into the rows that exclude it (the "
+            "mask is added to the logits, and NaN + {fill} is NaN)")
+
+EAGER = HFDecoderAttention(
+    "hf-gemma2-eager", "eager", capabilities=_CAPABILITIES | {"weights", "softcap"},
+    deviations={
+        "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
+                  "finfo(dtype).min, so the row's softmax is uniform)",
+        "MASK-11": "a fully masked row differs between mask=M (the mean of V: finfo.min logits) "
+                   "and bias=where(M, 0, -inf) (NaN: every logit -inf); rows with an allowed key "
+                   "agree",
+        "MASK-13": _MASK_13.format(fill="finfo(dtype).min"),
+        "NUM-1": "float64 is not supported: the softmax runs in float32 "
+                 "(softmax(..., dtype=torch.float32)), so float64 is not claimed",
+    },
+    conventions={"mask-form": (
+        "MASK-1", "attention_mask is added to the logits: 0 where a key may be attended, "
+                  "finfo(dtype).min elsewhere; the adapter builds it from the spec's booleans")},
+    dtypes=("float32", "float16", "bfloat16"))
+SDPA = HFDecoderAttention(
+    "hf-decoder-sdpa", "sdpa", capabilities=_CAPABILITIES,
+    deviations={
+        "MASK-13": _MASK_13.format(fill="-inf"),
+        "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN (torch's "
+                 "fused CPU kernel treats it like a fully masked row)",
+        "SHAPE-4": "B = 0 or L_q = 0 fails: sdpa_attention_forward reshapes its output to (B, -1, "
+                   "L_q, d_v), and -1 is ambiguous for 0 elements (RuntimeError 'cannot reshape "
+                   "tensor of 0 elements'); L_k = 0 gives zeros",
+    },
+    conventions={}, dtypes=("float64", "float32", "float16", "bfloat16"))

@@ -142,3 +142,49 @@ def test_the_adapter_lays_out_a_dynamic_cache_as_cache_1(backend, past_lengths, 
     for name in ("present_key", "present_value"):
         assert np.array_equal(getattr(got, name).numpy(), getattr(want, name).astype(np.float32))
     assert np.array_equal(got.present_lengths.numpy(), want.present_lengths)
+
+
+@pytest.mark.parametrize("batch, len_q, fails", [(0, 2, True), (2, 0, True), (2, 2, False)])
+def test_the_sdpa_function_cannot_take_an_empty_batch_or_query_axis(batch, len_q, fails):
+    """SHAPE-4 (declared for hf-decoder-sdpa): ``sdpa_attention_forward`` reshapes its output to
+    (B, -1, L_q, d_v); -1 is ambiguous for a tensor of 0 elements."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layer = _Layer()
+    layer.is_causal = False
+    q = torch.zeros((batch, H, len_q, D))
+    k = v = torch.zeros((batch, G, 3, D))
+    if fails:
+        with pytest.raises(RuntimeError, match="cannot reshape tensor of 0 elements"):
+            sdpa_attention_forward(layer, q, k, v, None, scaling=1.0, is_causal=False)
+    else:
+        out, _ = sdpa_attention_forward(layer, q, k, v, None, scaling=1.0, is_causal=False)
+        assert out.shape == (batch, len_q, H, D)
+
+
+def _sdpa(q, k, v, attention_mask):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    layer = _Layer()
+    layer.is_causal = False
+    return sdpa_attention_forward(layer, q, k, v, attention_mask, scaling=D ** -0.5,
+                                  is_causal=False)[0]
+
+
+def test_the_sdpa_function_leaks_a_nan_key_behind_the_mask():
+    """MASK-13 (declared for hf-decoder-sdpa): torch's kernel adds the boolean mask as -inf."""
+    rng = np.random.default_rng(56)
+    q, k, v = _qkv(rng, 3, 5)
+    k[:, :, 2] = float("nan")
+    allowed = torch.ones((B, 1, 3, 5), dtype=torch.bool)
+    allowed[..., 2] = False
+    assert torch.isnan(_sdpa(q, k, v, allowed)).all()
+
+
+def test_the_sdpa_function_turns_a_nan_query_row_into_zeros():
+    """NUM-6 (declared for hf-decoder-sdpa): torch's fused CPU kernel gives 0 for NaN logits."""
+    rng = np.random.default_rng(57)
+    q, k, v = _qkv(rng, 3, 5)
+    q[:, :, 1] = float("nan")
+    out = _sdpa(q, k, v, None)
+    assert (out[:, 1] == 0).all() and torch.isfinite(out[:, [0, 2]]).all()
