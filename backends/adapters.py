@@ -27,7 +27,10 @@ validate every argument first (chapter ERR, the same checks and messages as the 
 apply the default scale, and gather the masking arguments into one :class:`MaskArgs` (``mask``,
 ``bias``, ``legacy_mask``, ``key_padding_mask``, ``causal``, ``scale``, and spec 1.2's ``softcap``
 and ``alibi`` bias), so ``attention`` and ``mha`` see valid input only; translate the masks with
-:mod:`.masks` and the parameters with :mod:`.layouts`. What the op cannot express: call
+:mod:`.masks` and the parameters with :mod:`.layouts`. The clauses that validation satisfies
+whatever the library does (:data:`~.validation.REJECTION_CLAUSES`) are the adapter's, and the
+certificate says so (``validated_clauses``); ``library_validates`` names those of
+:data:`LEFT_TO_LIBRARY` whose arguments go to the library unchecked, so its own errors are judged. What the op cannot express: call
 :meth:`NativeAdapter.unsupported` (raises ``NotImplementedError``, reported as such, never as a
 pass). Capabilities default to ``errors`` only: claim what the op has; declare what it does
 differently in ``deviations``.
@@ -39,23 +42,29 @@ structural mask of segments, lengths and windows ANDed into ``masks.mask``, ``ca
 with a boolean mask serves them exactly. To use the op's own arguments where they are exact
 instead (a length or window argument), override :meth:`NativeAdapter.attention_features`. With
 "gqa", ``k`` and ``v`` of ``attention`` may have g heads. "lse" and "kv_cache" need their own
-mapping (override ``attention_features``).
+mapping (override ``attention_features``). The soft-cap is ``masks.softcap`` in every method
+(``attention_features``' ``features.softcap`` holds the same value); ALiBi is ``masks.alibi`` (the
+bias) in ``attention`` and ``mha``, and ``features.slopes`` in ``attention_features``.
 """
 
 from __future__ import annotations
 
 import copy
 
-from ._base import AttentionOutputs, MHAParams
+from ._base import FEATURE_ARGUMENTS, AttentionOutputs, MHAParams
 from ._generic import Algorithm, MaskArgs
-from ._validate import Features
+from ._validate import REJECTION_CLAUSES, Features
 from .jax_backend import JaxBackend
 from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
 from .torch_backend import TorchBackend
 
-__all__ = ["Features", "JaxAdapter", "MaskArgs", "NativeAdapter", "NumpyAdapter",
-           "TensorFlowAdapter", "TorchAdapter"]
+__all__ = ["Features", "JaxAdapter", "LEFT_TO_LIBRARY", "MaskArgs", "NativeAdapter",
+           "NumpyAdapter", "TensorFlowAdapter", "TorchAdapter"]
+
+#: clause -> the argument an adapter may pass to its library unchecked (``library_validates``):
+#: the clauses whose checks are that one argument's own
+LEFT_TO_LIBRARY = {"SOFTCAP-2": "softcap"}
 
 
 class NativeAdapter:
@@ -67,18 +76,38 @@ class NativeAdapter:
             adapter translates. :meth:`untranslated` gives the adapter without one translation, so
             ``mhaspec conventions`` can confirm the difference is real; an adapter asks
             :meth:`translates` before translating.
+        library_validates: clauses of :data:`LEFT_TO_LIBRARY` whose argument reaches the op
+            unchecked (an invalid ``softcap`` included), so the library's own error, or its
+            silence, is judged; the others are checked before the op is called.
     """
 
     native_op: str = ""
     conventions: dict[str, tuple[str, str]] = {}
     capabilities = frozenset({"errors"})
     deviations: dict[str, str] = {}
+    library_validates: frozenset[str] = frozenset()
 
     def __init__(self, name: str):
         # the framework backend's batched algorithm serves only what the adapter does not hand to
         # the op: the projections around attention (mha_over_attention, MHA-2)
         super().__init__(Algorithm.BATCHED, name=name)
         self.translated = frozenset(self.conventions)
+        unknown = sorted(set(self.library_validates) - set(LEFT_TO_LIBRARY))
+        if unknown:
+            raise ValueError(f"{name}: library_validates names {unknown}; an adapter can leave to "
+                             f"its library only {sorted(LEFT_TO_LIBRARY)}")
+        unclaimed = sorted(c for c in self.library_validates if not any(
+            LEFT_TO_LIBRARY[c] in FEATURE_ARGUMENTS[cap] for cap in self.capabilities
+            if cap in FEATURE_ARGUMENTS))
+        if unclaimed:
+            raise ValueError(f"{name}: library_validates names {unclaimed}, whose capability the "
+                             f"adapter does not claim")
+
+    @property
+    def validated_clauses(self) -> frozenset[str]:
+        """The clauses the shared validation satisfies before the op is called: every rejection
+        clause (:data:`~.validation.REJECTION_CLAUSES`) not left to the library."""
+        return REJECTION_CLAUSES - self.library_validates
 
     # -- what a subclass overrides -------------------------------------------------------------
     def attention(self, q, k, v, masks: MaskArgs):
@@ -154,8 +183,17 @@ class NativeAdapter:
         return NotImplemented
 
     # -- the framework backend's hooks, routed to the methods above ----------------------------
+    def _check_features(self, op: str, dims, features: dict, dtype: str, kv, causal) -> Features:
+        """The shared checks of the spec 1.2 arguments, but those of ``library_validates``: their
+        arguments pass as given."""
+        left = {LEFT_TO_LIBRARY[c]: features[LEFT_TO_LIBRARY[c]] for c in self.library_validates
+                if features.get(LEFT_TO_LIBRARY[c]) is not None}
+        checked = {n: x for n, x in features.items() if n not in left}
+        return super()._check_features(op, dims, checked, dtype, kv, causal)._replace(**left)
+
     def _sdpa_features(self, q, k, v, masks: MaskArgs, feats: Features):
-        native = self.attention_features(q, k, v, masks, feats)
+        # the cap has one value wherever the adapter reads it: masks.softcap as in attention()
+        native = self.attention_features(q, k, v, masks._replace(softcap=feats.softcap), feats)
         if native is NotImplemented:
             return super()._sdpa_features(q, k, v, masks, feats)
         return native

@@ -511,9 +511,12 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     record = _record(item)
     if record is not None:
         del record["why"]
+        backend = item.callspec.params["impl"].backend
         info = {**record, "ratios": getattr(item, "mhaspec_ratios", {}),
                 "calls": getattr(item, "mhaspec_calls", 0),
-                "examples": getattr(item, "mhaspec_examples", 0)}
+                "examples": getattr(item, "mhaspec_examples", 0),
+                "validated_by_adapter": sorted(set(record["clauses"]) & set(
+                    getattr(backend, "validated_clauses", ())))}
         if report.when == "call" and report.failed:
             info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
             info["failure"] = getattr(item, "mhaspec_failure", None)
@@ -610,9 +613,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     tr.section(f"mhaspec {spec.version} conformance by clause")
     width = max(max(len(b) for b in backends), 6)
     tr.write_line("clause    " + " ".join(b.rjust(width)[:width] for b in backends))
+    entries = {b: {c["id"]: c for c in report[b]["clauses"]} for b in backends}
     for c in clauses:
-        cells = [verdicts.SYMBOL[table[(b, c)]["outcome"]] if (b, c) in table else "" for b in backends]
+        cells = [verdicts.table_symbol(table[(b, c)]["outcome"], entries[b].get(c))
+                 if (b, c) in table else "" for b in backends]
         tr.write_line(f"{c:<9} " + " ".join(s.rjust(width) for s in cells))
+    if any(c.get("satisfied_by") for b in backends for c in report[b]["clauses"]):
+        tr.write_line("ok*: passed by the adapter's shared argument validation, not by the library")
+    for b in backends:
+        for c in report[b]["clauses"]:
+            if c.get("stale_on"):
+                tr.write_line(f"STALE* {b} {c['id']}: {verdicts.verdict_label(c)}")
     tr.section("mhaspec conformance by backend")
     for b in backends:
         counts = defaultdict(int)
@@ -636,6 +647,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         if gaps:
             line += f"; not run: {len(gaps)} clauses, e.g. " + "; ".join(gaps[:3])
         tr.write_line(line)
+        for note in verdicts.backend_notes(report[b]["clauses"]):
+            tr.write_line(f"  {b}: {note}")
     groups = verdicts.failure_groups(results)
     if groups:
         tr.section("mhaspec failures by likely cause")

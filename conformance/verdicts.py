@@ -8,9 +8,15 @@ matrix and the command line all call it, and no other module holds a verdict rul
 * A **not-run record** is a test item of a claimed cell that did not run: deselected (``-k``,
   ``-m``, ``--deselect``), left out by ``--mhaspec-dtypes``, never reached (``-x``, an interrupt)
   or in a test module that was not collected. Same keys as a result, without ``outcome``.
+  A result's ``validated_by_adapter`` lists its clauses that the backend's adapter satisfied by
+  its shared argument validation, before the library was called (``validated_clauses`` of
+  :class:`~mhaspec.backends.adapters.NativeAdapter`).
 * A **clause entry** (the certificate's ``clauses``) comes from :func:`clause_verdicts`; its
   ``verdict`` is one of :data:`CLAUSE_VERDICTS` and ``not_run_on`` lists the ``device/dtype`` cells
-  where some of its tests did not run.
+  where some of its tests did not run. A pass that the adapter's validation made, not the library,
+  carries ``satisfied_by: "adapter"`` (:func:`satisfied_by`); a stale deviation names the cells
+  where it did not deviate in ``stale_on`` (:func:`stale_cells`). :func:`entry_problem` is the
+  rule those fields follow; :func:`verdict_label` and :func:`backend_notes` word them.
 * The **backend verdict** is :func:`overall_verdict` over the clause entries, one of
   :data:`BACKEND_VERDICTS`.
 * **Failure groups** (:func:`failure_groups`): the failed results of a backend grouped by their
@@ -44,6 +50,10 @@ NOT_CHECKED = "not checked"
 BACKEND_VERDICTS = (DOES_NOT_CONFORM, INCOMPLETE, CONFORMS, NOT_CHECKED)
 #: Outcomes that make a backend not conform.
 BAD = ("fail", "stale-deviation")
+#: ``satisfied_by`` of a pass made by an adapter's shared argument validation, not by the library
+ADAPTER = "adapter"
+#: Outcomes of results that did not exercise the backend.
+NOT_EXERCISED = ("unavailable", "not-implemented")
 
 
 def worst(outcomes: Iterable[str]) -> str | None:
@@ -84,8 +94,11 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
         if clause.testable:
             verdict = next((v for v in SEVERITY if v in outcomes), "not-run")
         missing = sorted({cell(r) for r in not_run if clause.id in r["clauses"]} & cells)
+        by = satisfied_by(clause.id, runs) if verdict == "pass" else None
+        stale = stale_cells(runs)
         out.append({
             "id": clause.id, "title": clause.title, "verdict": verdict,
+            **({"satisfied_by": by} if by else {}), **({"stale_on": stale} if stale else {}),
             "worst_ratio": finite_or_none(max((r["ratios"].get(clause.id, 0.0) for r in runs),
                                               default=0.0)),
             "runs": sum(r["outcome"] != "unavailable" for r in runs),
@@ -95,6 +108,71 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
             "failures": [r["message"] for r in runs if r["outcome"] in BAD and r.get("message")][:3],
         })
     return out
+
+
+def satisfied_by(clause_id: str, runs: list[dict]) -> str | None:
+    """Who satisfied a passed clause, when not the library: "adapter" when every test of it that
+    ran was satisfied by the adapter's shared argument validation (each result's
+    ``validated_by_adapter`` names the clause: the library never saw the invalid input); None
+    when the library's own behaviour was judged in at least one."""
+    ran = [r for r in runs if r["outcome"] not in NOT_EXERCISED]
+    if ran and all(clause_id in r.get("validated_by_adapter", ()) for r in ran):
+        return ADAPTER
+    return None
+
+
+def stale_cells(runs: list[dict]) -> list[str]:
+    """The ``device/dtype`` cells where a declared deviation of the clause did not deviate."""
+    return sorted({cell(r) for r in runs if r["outcome"] == "stale-deviation"})
+
+
+def entry_problem(entry: dict, adapter_clauses: frozenset[str]) -> str | None:
+    """What is wrong with a clause entry's ``satisfied_by`` and ``stale_on`` (None: nothing).
+    ``satisfied_by`` goes with a pass of a clause in ``adapter_clauses`` (those shared validation
+    can satisfy); ``stale_on`` with a stale deviation, naming cells where the clause ran."""
+    by = entry.get("satisfied_by")
+    if by is not None and (entry["verdict"] != "pass" or entry["id"] not in adapter_clauses):
+        return (f"clause {entry['id']} is {entry['verdict']} and says it was satisfied by the "
+                f"{by}, which only a pass of a rejection clause can be")
+    stale = entry.get("stale_on")
+    if (entry["verdict"] == "stale-deviation") != bool(stale):
+        return f"clause {entry['id']} is {entry['verdict']} with stale_on {stale}"
+    if stale and not set(stale) <= set(entry["ran_on"]):
+        return f"clause {entry['id']} is stale on {stale}, where it did not run ({entry['ran_on']})"
+    return None
+
+
+def verdict_label(entry: dict) -> str:
+    """A clause entry's verdict as people read it: ``pass (adapter)``, ``stale-deviation (stale
+    on cpu/float64)``, or the verdict alone."""
+    if entry.get("satisfied_by"):
+        return f"{entry['verdict']} ({entry['satisfied_by']})"
+    if entry.get("stale_on"):
+        return f"{entry['verdict']} (stale on {', '.join(entry['stale_on'])})"
+    return entry["verdict"]
+
+
+def table_symbol(outcome: str, entry: dict | None = None) -> str:
+    """A cell of the terminal's clause table: :data:`SYMBOL` of the worst outcome, marked ``*``
+    when the clause entry has a note of :func:`backend_notes` (a pass by the adapter, ``ok*``; a
+    stale deviation's cells, ``STALE*``)."""
+    marked = entry is not None and (entry.get("satisfied_by") or entry.get("stale_on"))
+    return SYMBOL[outcome] + ("*" if marked else "")
+
+
+def backend_notes(clauses: list[dict]) -> list[str]:
+    """The lines a summary adds under a backend's verdict: the clauses its adapter's validation
+    satisfied instead of the library, and the cells of each stale deviation."""
+    by_adapter = [c["id"] for c in clauses if c.get("satisfied_by") == ADAPTER]
+    stale = [f"{c['id']} on {', '.join(c['stale_on'])}" for c in clauses if c.get("stale_on")]
+    notes = []
+    if by_adapter:
+        notes.append(f"{len(by_adapter)} passed by the adapter's shared argument validation, not "
+                     f"by the library (invalid input never reached it): {', '.join(by_adapter)}")
+    if stale:
+        notes.append("declared deviations that did not deviate (stale) in these cells: "
+                     + "; ".join(stale))
+    return notes
 
 
 def finite_or_none(ratio: float) -> float | None:
@@ -113,14 +191,16 @@ def overall_verdict(clauses: list[dict]) -> str:
 
     "does not conform": a clause failed or a declared deviation is stale; "incomplete": some
     claimed device x dtype cell did not run all the tests of a testable clause (``not_run_on``);
-    "conforms": otherwise, when at least one clause passed; "not checked": nothing passed (every
-    clause skipped, not implemented or a declared deviation)."""
+    "conforms": otherwise, when at least one clause passed by the library's own behaviour; "not
+    checked": nothing did (every clause skipped, not implemented, a declared deviation or passed
+    by the adapter's validation alone)."""
     verdicts = {c["verdict"] for c in clauses}
     if verdicts & set(BAD):
         return DOES_NOT_CONFORM
     if any(c.get("not_run_on") for c in clauses):
         return INCOMPLETE
-    return CONFORMS if "pass" in verdicts else NOT_CHECKED
+    own = any(c["verdict"] == "pass" and not c.get("satisfied_by") for c in clauses)
+    return CONFORMS if own else NOT_CHECKED
 
 
 def chapter_verdict(verdicts: dict[str, str]) -> str | None:

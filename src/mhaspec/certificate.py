@@ -153,12 +153,16 @@ def check_consistency(cert: dict) -> list[str]:
     * its clauses are exactly that version's clauses, each once, with their titles, and informative
       clauses are ``not-run``;
     * each clause's verdict is one its record supports (:func:`check_clause`);
+    * ``satisfied_by`` and ``stale_on`` follow :func:`~mhaspec.conformance.verdicts.entry_problem`
+      (only a pass of a clause the shared validation checks can be the adapter's);
     * every claimed device x dtype cell appears in some clause's ``ran_on`` or ``not_run_on``
       (unless nothing was checked);
     * the summary's verdict and counts are those :func:`~mhaspec.conformance.verdicts.overall_verdict`
       and :func:`~mhaspec.conformance.verdicts.count_verdicts` compute from the clauses.
     """
-    from mhaspec.conformance.verdicts import NOT_CHECKED, count_verdicts, overall_verdict
+    from mhaspec.backends.validation import REJECTION_CLAUSES
+    from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, entry_problem,
+                                              overall_verdict)
 
     version = cert["spec"]["version"]
     known = released_clauses(version)
@@ -190,6 +194,9 @@ def check_consistency(cert: dict) -> list[str]:
             raise CertificateError(f"clause {c['id']} is informative in spec {version} but has the "
                                    f"verdict {c['verdict']!r}")
         check_clause(c, cert["backend"], cells)
+        problem = entry_problem(c, REJECTION_CLAUSES)
+        if problem:
+            raise CertificateError(problem)
     verdict, counts = overall_verdict(cert["clauses"]), count_verdicts(cert["clauses"])
     if cert["summary"]["verdict"] != verdict:
         raise CertificateError(f"the summary says {cert['summary']['verdict']!r}, its clauses give "
@@ -359,6 +366,8 @@ def spec_label(spec: dict) -> str:
 def to_markdown(cert: dict) -> str:
     """A human-readable rendering of a certificate; every string it takes from the certificate is
     escaped (:func:`md_text`, :func:`md_fenced`), so none can add a heading, a table cell or HTML."""
+    from mhaspec.conformance.verdicts import backend_notes, verdict_label
+
     b = cert["backend"]
     devices = cert["environment"]["devices"]
     device_names = ", ".join(f"{md_text(d)}: {md_text(v['name'])}" for d, v in devices.items())
@@ -387,9 +396,12 @@ def to_markdown(cert: dict) -> str:
         ran_on = ", ".join(md_text(x) for x in c["ran_on"])
         if c.get("not_run_on"):
             ran_on += "; NOT RUN on " + ", ".join(md_text(x) for x in c["not_run_on"])
-        lines.append(f"| {md_text(c['id'])} | {md_text(c['title'])} | {c['verdict']} | "
+        lines.append(f"| {md_text(c['id'])} | {md_text(c['title'])} | {md_text(verdict_label(c))} | "
                      f"{'not finite' if c['worst_ratio'] is None else format(c['worst_ratio'], '.2f')} | "
                      f"{c['runs']} | {ran_on} |")
+    notes = backend_notes(cert["clauses"])
+    if notes:
+        lines += [""] + [f"- {md_text(n)}" for n in notes]
     if b["deviations"]:
         lines += ["", "Declared deviations:", ""]
         lines += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in sorted(b["deviations"].items())]

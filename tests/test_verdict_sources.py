@@ -1,0 +1,129 @@
+"""Who satisfied a clause (the library or its adapter's shared validation), and where a declared
+deviation went stale: the clause entries, the certificate's consistency and its Markdown."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from mhaspec import certificate, runner
+from mhaspec.backends.validation import REJECTION_CLAUSES
+from mhaspec.conformance import verdicts
+from mhaspec.spec import load as load_spec
+
+HERE = pathlib.Path(__file__).parent
+CELLS = ("cpu/float64", "cpu/float32")
+
+
+def _result(clauses, outcome, dtype="float64", by_adapter=()):
+    return {"backend": "b", "device": "cpu", "dtype": dtype, "clauses": list(clauses),
+            "outcome": outcome, "ratios": {}, "validated_by_adapter": list(by_adapter)}
+
+
+def _entry(results, clause):
+    spec = load_spec()
+    claimed = {"cpu": ["float64", "float32"]}
+    return next(c for c in verdicts.clause_verdicts(results, spec, claimed) if c["id"] == clause)
+
+
+def test_a_pass_of_the_adapters_validation_is_marked_as_the_adapters():
+    results = [_result(["ERR-1", "ERR-10"], "pass", d, by_adapter=["ERR-1", "ERR-10"])
+               for d in ("float64", "float32")]
+    entry = _entry(results, "ERR-10")
+    assert (entry["verdict"], entry["satisfied_by"]) == ("pass", "adapter")
+    assert verdicts.verdict_label(entry) == "pass (adapter)"
+    # one run where the library itself was judged makes the pass the library's
+    results.append(_result(["ERR-10"], "pass", "float32"))
+    assert "satisfied_by" not in _entry(results, "ERR-10")
+
+
+def test_adapter_passes_alone_do_not_make_a_backend_conform():
+    spec = load_spec()
+    results = [_result(["ERR-10"], "pass", d, by_adapter=["ERR-10"]) for d in ("float64", "float32")]
+    clauses = verdicts.clause_verdicts(results, spec, {})
+    assert verdicts.overall_verdict(clauses) == verdicts.NOT_CHECKED
+    results += [_result(["SDPA-1"], "pass", d) for d in ("float64", "float32")]
+    assert verdicts.overall_verdict(verdicts.clause_verdicts(results, spec, {})) == verdicts.CONFORMS
+
+
+def test_a_stale_deviation_names_its_cells():
+    results = [_result(["MASK-9"], "stale-deviation", "float64"),
+               _result(["MASK-9"], "deviation", "float32")]
+    entry = _entry(results, "MASK-9")
+    assert (entry["verdict"], entry["stale_on"]) == ("stale-deviation", ["cpu/float64"])
+    assert verdicts.verdict_label(entry) == "stale-deviation (stale on cpu/float64)"
+    assert verdicts.table_symbol("stale-deviation", entry) == "STALE*"
+    assert any("MASK-9 on cpu/float64" in n for n in verdicts.backend_notes([entry]))
+
+
+@pytest.mark.parametrize("change,problem", [
+    ({"verdict": "fail", "satisfied_by": "adapter"}, "satisfied by"),
+    ({"id": "SDPA-1", "satisfied_by": "adapter"}, "satisfied by"),
+    ({"verdict": "stale-deviation"}, "stale_on"),
+    ({"stale_on": ["cpu/float64"]}, "stale_on"),
+    ({"verdict": "stale-deviation", "stale_on": ["cuda/float16"]}, "did not run"),
+])
+def test_entry_fields_that_contradict_the_verdict_are_problems(change, problem):
+    entry = {"id": "ERR-10", "verdict": "pass", "ran_on": list(CELLS), **change}
+    assert problem in verdicts.entry_problem(entry, REJECTION_CLAUSES)
+
+
+def _certificate(edit) -> dict:
+    import test_hostile_files
+
+    body = test_hostile_files.certificate_body()
+    for c in body["clauses"]:
+        edit(c)
+    body["summary"] = {"verdict": verdicts.overall_verdict(body["clauses"]),
+                       "counts": verdicts.count_verdicts(body["clauses"])}
+    return certificate.verify(certificate.seal(body))
+
+
+def test_the_certificate_and_its_markdown_carry_both_fields():
+    def edit(c):
+        if c["id"] == "SOFTCAP-2":
+            c["satisfied_by"] = "adapter"
+        if c["id"] == "MASK-9":
+            c.update(verdict="stale-deviation", stale_on=["cpu/float64"])
+
+    cert = _certificate(edit)
+    assert len(certificate.check_consistency(cert)) == 2
+    assert cert["summary"]["verdict"] == verdicts.DOES_NOT_CONFORM
+    md = certificate.to_markdown(cert)
+    assert "| pass (adapter) |" in md and "| stale-deviation (stale on cpu/float64) |" in md
+    assert "passed by the adapter's shared argument validation, not by the library" in md
+    assert "SOFTCAP-2" in md.split("not by the library")[1].splitlines()[0]
+
+
+def test_consistency_refuses_an_adapter_pass_on_a_value_clause():
+    def edit(c):
+        if c["id"] == "SDPA-1":
+            c["satisfied_by"] = "adapter"
+
+    with pytest.raises(certificate.CertificateError, match="SDPA-1"):
+        certificate.check_consistency(_certificate(edit))
+
+
+def _softcap2(tmp_path, ref: str) -> tuple[dict, list[dict]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    run = runner.run_subprocess(
+        runner.suite_args(backends=[ref], profile="triage", dtypes="float64",
+                          extra=["-p", "no:xdist", "-k", "test_invalid_softcap"]),
+        cwd=tmp_path, env=env, timeout=600)
+    assert run.results, run.stdout[-3000:] + run.stderr[-3000:]
+    return _entry(run.results, "SOFTCAP-2"), run.results
+
+
+def test_a_library_judged_for_softcap_that_accepts_zero_fails_softcap_2(tmp_path):
+    entry, _ = _softcap2(tmp_path, "library_checks:LEFT_TO_LIBRARY")
+    assert entry["verdict"] == "fail", entry
+    assert "satisfied_by" not in entry
+
+
+def test_the_same_library_behind_shared_validation_passes_softcap_2_as_the_adapters(tmp_path):
+    entry, results = _softcap2(tmp_path, "library_checks:SHARED")
+    assert (entry["verdict"], entry.get("satisfied_by")) == ("pass", "adapter"), entry
+    assert all(r["validated_by_adapter"] == ["SOFTCAP-2"] for r in results
+               if r["clauses"] == ["SOFTCAP-2"])
