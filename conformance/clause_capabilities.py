@@ -34,7 +34,6 @@ NEEDS: dict[str, frozenset[str]] = {
     **{f"ERR-{i}": _ERRORS for i in range(1, 11)},
     "ERR-2": frozenset({"errors", "mha"}), "ERR-7": frozenset({"errors", "masks"}),
     "ERR-9": frozenset({"errors", "legacy_mask"}),
-    "NUM-3": _SDPA, "NUM-4": _SDPA,
     "GRAD-1": frozenset({"grad"}), "GRAD-2": frozenset({"grad", "masks"}),
     # spec 1.2: each chapter needs its feature's capability (GQA-1/2: grouped heads in attention)
     "GQA-1": frozenset({"sdpa", "gqa"}), "GQA-2": frozenset({"sdpa", "gqa"}),

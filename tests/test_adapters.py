@@ -557,3 +557,39 @@ def test_jax_dpa_passes_windows_and_lengths_to_the_op(jax, monkeypatch, name):
     keep = np.any(ref.weights != 0, axis=-1)[..., None]
     np.testing.assert_allclose(np.where(keep, be.to_numpy(out), 0), np.where(keep, ref.output, 0),
                                rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["attention_features", "folded"])
+def test_the_softcap_is_masks_softcap_in_every_adapter_method(native):
+    """An adapter that reads the cap from ``masks.softcap`` gets it whether the call goes through
+    attention_features or the folded path: no method sees the cap in one place and None in the
+    other (reading the wrong one would silently drop the cap)."""
+    from mhaspec.backends.adapters import NumpyAdapter
+
+    def capped(q, k, v, m):  # q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
+        s = q @ k.swapaxes(-1, -2) * m.scale
+        s = m.softcap * np.tanh(s / m.softcap)
+        w = np.exp(s - s.max(axis=-1, keepdims=True))
+        return w / w.sum(axis=-1, keepdims=True) @ v, None
+
+    class Capped(NumpyAdapter):
+        native_op = "a capped NumPy function"
+        capabilities = frozenset({"sdpa", "masks", "errors", "softcap"})
+        seen: list = []
+
+        def attention(self, q, k, v, m):
+            self.seen.append(("attention", m.softcap))
+            return capped(q, k, v, m)
+
+        def attention_features(self, q, k, v, m, features):
+            if not native:
+                return NotImplemented
+            self.seen.append(("attention_features", m.softcap, features.softcap))
+            return capped(q, k, v, m)
+
+    be = Capped("capped-test")
+    q, k, v = _qkv(np.random.default_rng(13), L_Q, L_K)
+    out, _ = be.scaled_dot_product_attention(q, k, v, softcap=0.5)
+    ref, _ = oracle.attention(q, k, v, softcap=0.5)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=TOL64)
+    assert be.seen == ([("attention_features", 0.5, 0.5)] if native else [("attention", 0.5)])
