@@ -245,9 +245,8 @@ class ArrayBackend(Backend):
         feats = self._check_features(op, dims, features, qa.dtype, kv, causal)
         _validate.check_masks(op, dims, qa.dtype, causal=causal, len_past=feats.len_past,
                               **self._mask_args(op, mask, bias, legacy_mask, key_padding_mask))
-        _validate.check_scale(op, scale)
         masks = MaskArgs(mask, bias, legacy_mask, key_padding_mask, causal,
-                         _default_scale(scale, dims.d_k))
+                         self._scale(op, scale, dims.d_k))
         if not feats.in_use:
             return self._sdpa(q, k, v, masks)
         return self._sdpa_features(q, k, v, masks, feats)
@@ -261,6 +260,12 @@ class ArrayBackend(Backend):
             return self._mha(query, key, value, call.params, call.num_heads, call.masks,
                              **call.grouping)
         return self._mha_features(query, key, value, call)
+
+    def _scale(self, op: str, scale, d_k: int):
+        """The call's logit scale as a float: ``scale`` validated (ERR-10), or the default
+        1/sqrt(d_k) (SDPA-2)."""
+        _validate.check_scale(op, scale)
+        return _default_scale(scale, d_k)
 
     def _check_features(self, op: str, dims, features: dict, dtype: str, kv: KVGeometry,
                         causal) -> Features:
@@ -290,9 +295,8 @@ class ArrayBackend(Backend):
         feats = self._check_features(op, dims, features or {}, query_arg.dtype, kv, causal)
         _validate.check_masks(op, dims, query_arg.dtype, causal=causal, len_past=feats.len_past,
                               **self._mask_args(op, mask, bias, legacy_mask, key_padding_mask))
-        _validate.check_scale(op, scale)
         masks = MaskArgs(mask, bias, legacy_mask, key_padding_mask, causal,
-                         _default_scale(scale, dims.d_k))
+                         self._scale(op, scale, dims.d_k))
         grouping = {} if num_kv_heads is None else {"num_kv_heads": g}
         return MHACall(params, dims.heads, masks, grouping, feats)
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import copy
 
-from ._base import FEATURE_ARGUMENTS, AttentionOutputs, MHAParams
+from ._base import AttentionOutputs, MHAParams
 from ._generic import Algorithm, MaskArgs
 from ._validate import REJECTION_CLAUSES, Features
 from .jax_backend import JaxBackend
@@ -62,9 +62,9 @@ from .torch_backend import TorchBackend
 __all__ = ["Features", "JaxAdapter", "LEFT_TO_LIBRARY", "MaskArgs", "NativeAdapter",
            "NumpyAdapter", "TensorFlowAdapter", "TorchAdapter"]
 
-#: clause -> the argument an adapter may pass to its library unchecked (``library_validates``):
-#: the clauses whose checks are that one argument's own
-LEFT_TO_LIBRARY = {"SOFTCAP-2": "softcap"}
+#: clause -> (the argument an adapter may pass to its library unchecked, the capability that
+#: needs; ``library_validates``): the clauses whose checks are that one argument's own
+LEFT_TO_LIBRARY = {"SOFTCAP-2": ("softcap", "softcap"), "ERR-10": ("scale", "errors")}
 
 
 class NativeAdapter:
@@ -77,8 +77,8 @@ class NativeAdapter:
             ``mhaspec conventions`` can confirm the difference is real; an adapter asks
             :meth:`translates` before translating.
         library_validates: clauses of :data:`LEFT_TO_LIBRARY` whose argument reaches the op
-            unchecked (an invalid ``softcap`` included), so the library's own error, or its
-            silence, is judged; the others are checked before the op is called.
+            unchecked (an invalid ``softcap`` or ``scale`` included), so the library's own error,
+            or its silence, is judged; the others are checked before the op is called.
     """
 
     native_op: str = ""
@@ -96,9 +96,8 @@ class NativeAdapter:
         if unknown:
             raise ValueError(f"{name}: library_validates names {unknown}; an adapter can leave to "
                              f"its library only {sorted(LEFT_TO_LIBRARY)}")
-        unclaimed = sorted(c for c in self.library_validates if not any(
-            LEFT_TO_LIBRARY[c] in FEATURE_ARGUMENTS[cap] for cap in self.capabilities
-            if cap in FEATURE_ARGUMENTS))
+        unclaimed = sorted(c for c in self.library_validates
+                           if LEFT_TO_LIBRARY[c][1] not in self.capabilities)
         if unclaimed:
             raise ValueError(f"{name}: library_validates names {unclaimed}, whose capability the "
                              f"adapter does not claim")
@@ -186,10 +185,20 @@ class NativeAdapter:
     def _check_features(self, op: str, dims, features: dict, dtype: str, kv, causal) -> Features:
         """The shared checks of the spec 1.2 arguments, but those of ``library_validates``: their
         arguments pass as given."""
-        left = {LEFT_TO_LIBRARY[c]: features[LEFT_TO_LIBRARY[c]] for c in self.library_validates
-                if features.get(LEFT_TO_LIBRARY[c]) is not None}
+        left = {arg: features[arg] for arg in self._left_to_library()
+                if features.get(arg) is not None}
         checked = {n: x for n, x in features.items() if n not in left}
         return super()._check_features(op, dims, checked, dtype, kv, causal)._replace(**left)
+
+    def _scale(self, op: str, scale, d_k: int):
+        """A caller's ``scale`` as given when ERR-10 is left to the library, else checked."""
+        if scale is not None and "scale" in self._left_to_library():
+            return scale
+        return super()._scale(op, scale, d_k)
+
+    def _left_to_library(self) -> set[str]:
+        """The arguments ``library_validates`` passes to the op unchecked."""
+        return {LEFT_TO_LIBRARY[c][0] for c in self.library_validates}
 
     def _sdpa_features(self, q, k, v, masks: MaskArgs, feats: Features):
         # the cap has one value wherever the adapter reads it: masks.softcap as in attention()

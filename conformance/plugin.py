@@ -511,12 +511,11 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     record = _record(item)
     if record is not None:
         del record["why"]
-        backend = item.callspec.params["impl"].backend
         info = {**record, "ratios": getattr(item, "mhaspec_ratios", {}),
                 "calls": getattr(item, "mhaspec_calls", 0),
                 "examples": getattr(item, "mhaspec_examples", 0),
-                "validated_by_adapter": sorted(set(record["clauses"]) & set(
-                    getattr(backend, "validated_clauses", ())))}
+                "validated_by_adapter": _validated_by_adapter(item.callspec.params["impl"].backend,
+                                                              record["clauses"])}
         if report.when == "call" and report.failed:
             info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
             info["failure"] = getattr(item, "mhaspec_failure", None)
@@ -525,6 +524,15 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             item.mhaspec_last_call = None  # its arrays are not kept for the rest of the run
         report.user_properties.append(("mhaspec", info))
     return report
+
+
+def _validated_by_adapter(backend, clauses: list[str]) -> list[str]:
+    """The clauses of a test that the backend's adapter satisfies by its shared validation
+    (``validated_clauses``): none when the test names a clause left to the library
+    (``library_validates``), whose invalid input then reaches the library."""
+    if set(clauses) & set(getattr(backend, "library_validates", ())):
+        return []
+    return sorted(set(clauses) & set(getattr(backend, "validated_clauses", ())))
 
 
 def _crash(report: pytest.TestReport) -> str:

@@ -43,3 +43,12 @@ class LibraryJudged(SilentSoftcap):
 
 LEFT_TO_LIBRARY = LibraryJudged("silent-softcap-library-judged")
 SHARED = SilentSoftcap("silent-softcap-shared-validation")
+
+
+class NegativeScaleTaken(SilentSoftcap):
+    """The library takes any scale (a negative one flips the softmax) and is judged on it."""
+
+    library_validates = frozenset({"ERR-10"})
+
+
+SCALE_LEFT_TO_LIBRARY = NegativeScaleTaken("negative-scale-library-judged")

@@ -106,14 +106,18 @@ def test_consistency_refuses_an_adapter_pass_on_a_value_clause():
         certificate.check_consistency(_certificate(edit))
 
 
-def _softcap2(tmp_path, ref: str) -> tuple[dict, list[dict]]:
+def _run(tmp_path, ref: str, tests: str, clause: str) -> tuple[dict, list[dict]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     run = runner.run_subprocess(
         runner.suite_args(backends=[ref], profile="triage", dtypes="float64",
-                          extra=["-p", "no:xdist", "-k", "test_invalid_softcap"]),
+                          extra=["-p", "no:xdist", "-k", tests]),
         cwd=tmp_path, env=env, timeout=600)
     assert run.results, run.stdout[-3000:] + run.stderr[-3000:]
-    return _entry(run.results, "SOFTCAP-2"), run.results
+    return _entry(run.results, clause), run.results
+
+
+def _softcap2(tmp_path, ref: str) -> tuple[dict, list[dict]]:
+    return _run(tmp_path, ref, "test_invalid_softcap", "SOFTCAP-2")
 
 
 def test_a_library_judged_for_softcap_that_accepts_zero_fails_softcap_2(tmp_path):
@@ -127,3 +131,16 @@ def test_the_same_library_behind_shared_validation_passes_softcap_2_as_the_adapt
     assert (entry["verdict"], entry.get("satisfied_by")) == ("pass", "adapter"), entry
     assert all(r["validated_by_adapter"] == ["SOFTCAP-2"] for r in results
                if r["clauses"] == ["SOFTCAP-2"])
+
+
+def test_a_scale_left_to_the_library_is_judged_on_the_library(tmp_path):
+    """ERR-10 left to the library: a negative scale reaches it and is accepted, so ERR-10 fails;
+    ERR-1, named by the same test, is the library's there too (not marked as the adapter's)."""
+    entry, results = _run(tmp_path, "library_checks:SCALE_LEFT_TO_LIBRARY",
+                          "test_scale_must_be_positive or test_rank_is_checked", "ERR-10")
+    assert entry["verdict"] == "fail", entry
+    assert "accepted (no ValueError)" in entry["failures"][0]
+    scale_runs = [r for r in results if "ERR-10" in r["clauses"]]
+    assert scale_runs and all(r["validated_by_adapter"] == [] for r in scale_runs)
+    rank = _entry(results, "ERR-3")
+    assert (rank["verdict"], rank.get("satisfied_by")) == ("pass", "adapter"), rank
