@@ -144,3 +144,30 @@ def test_a_scale_left_to_the_library_is_judged_on_the_library(tmp_path):
     assert scale_runs and all(r["validated_by_adapter"] == [] for r in scale_runs)
     rank = _entry(results, "ERR-3")
     assert (rank["verdict"], rank.get("satisfied_by")) == ("pass", "adapter"), rank
+
+
+def test_the_rejection_clauses_are_those_only_rejection_tests_name(tmp_path):
+    """REJECTION_CLAUSES (what an adapter's shared validation satisfies) is exactly the set of
+    clauses every test of which requires "errors" (checks that invalid input is rejected): a
+    clause with a value test too stays the library's."""
+    import json
+    import subprocess
+    import sys
+
+    from test_clause_tags import DUMP_PLUGIN
+
+    (tmp_path / "tagdump.py").write_text(DUMP_PLUGIN)
+    dump = tmp_path / "tags.json"
+    env = {**os.environ, "TAG_DUMP": str(dump),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tagdump",
+                          "--pyargs", "mhaspec.conformance", "--collect-only", "-q",
+                          "--backend", "numpy-batched"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert dump.exists(), out.stdout[-2000:] + out.stderr[-2000:]
+    by_clause: dict[str, set[bool]] = {}
+    for row in json.loads(dump.read_text()):
+        for clause in row["clauses"]:
+            by_clause.setdefault(clause, set()).add("errors" in row["requires"])
+    only_rejections = {c for c, kinds in by_clause.items() if kinds == {True}}
+    assert only_rejections == REJECTION_CLAUSES
