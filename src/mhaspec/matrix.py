@@ -181,6 +181,9 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
         ran = ", ".join(f"{d}/{t}" for d, t in sorted(combos[n])) or "-"
         verdict = report[n]["verdict"] if n in report else verdicts.NOT_CHECKED
         lines.append(f"| `{n}` | {fw} | {ver} | {ran} | {verdict} | {seconds[n]:.1f} s |")
+    notes = [f"- `{n}`: {note}" for n in names if n in report
+             for note in verdicts.backend_notes(report[n]["clauses"])]
+    lines += ["", *notes] if notes else []
     lines += ["", "## Results by chapter", "",
               "| implementation | " + " | ".join(f"[{ch.id}](spec/index.md#{ch.id})"
                                                  for ch in chapters) + " |",
