@@ -30,9 +30,9 @@ and ``alibi`` bias), so ``attention`` and ``mha`` see valid input only; translat
 :mod:`.masks` and the parameters with :mod:`.layouts`. The clauses that validation satisfies
 whatever the library does (:data:`~.validation.REJECTION_CLAUSES`) are the adapter's, and the
 certificate says so (``validated_clauses``); ``library_validates`` names those of
-:data:`LEFT_TO_LIBRARY` whose arguments go to the library unchecked, so its own errors are judged. What the op cannot express: call
-:meth:`NativeAdapter.unsupported` (raises ``NotImplementedError``, reported as such, never as a
-pass). Capabilities default to ``errors`` only: claim what the op has; declare what it does
+:data:`LEFT_TO_LIBRARY` whose arguments go to the library unchecked, so its own errors are
+judged. What the op cannot express: call :meth:`NativeAdapter.unsupported` (raises
+``NotImplementedError``, reported as such, never as a pass). Capabilities default to ``errors`` only: claim what the op has; declare what it does
 differently in ``deviations``.
 
 Spec 1.2 features (capabilities "gqa", "softcap", "window", "alibi", "segments"): a call with one

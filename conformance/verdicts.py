@@ -129,13 +129,14 @@ def stale_cells(runs: list[dict]) -> list[str]:
 def entry_problem(entry: dict, adapter_clauses: frozenset[str]) -> str | None:
     """What is wrong with a clause entry's ``satisfied_by`` and ``stale_on`` (None: nothing).
     ``satisfied_by`` goes with a pass of a clause in ``adapter_clauses`` (those shared validation
-    can satisfy); ``stale_on`` with a stale deviation, naming cells where the clause ran."""
+    can satisfy); ``stale_on`` names cells where the clause ran, and goes with every stale
+    deviation and with a failure (worse than stale, in other cells or tests) only."""
     by = entry.get("satisfied_by")
     if by is not None and (entry["verdict"] != "pass" or entry["id"] not in adapter_clauses):
         return (f"clause {entry['id']} is {entry['verdict']} and says it was satisfied by the "
                 f"{by}, which only a pass of a rejection clause can be")
     stale = entry.get("stale_on")
-    if (entry["verdict"] == "stale-deviation") != bool(stale):
+    if entry["verdict"] == "stale-deviation" and not stale or stale and entry["verdict"] not in BAD:
         return f"clause {entry['id']} is {entry['verdict']} with stale_on {stale}"
     if stale and not set(stale) <= set(entry["ran_on"]):
         return f"clause {entry['id']} is stale on {stale}, where it did not run ({entry['ran_on']})"

@@ -48,6 +48,14 @@ def test_adapter_passes_alone_do_not_make_a_backend_conform():
     assert verdicts.overall_verdict(verdicts.clause_verdicts(results, spec, {})) == verdicts.CONFORMS
 
 
+def test_stale_cells_are_named_when_the_clause_also_fails():
+    results = [_result(["MASK-9"], "stale-deviation", "float64"),
+               _result(["MASK-9"], "fail", "float32")]
+    entry = _entry(results, "MASK-9")
+    assert (entry["verdict"], entry["stale_on"]) == ("fail", ["cpu/float64"])
+    assert verdicts.entry_problem(entry, REJECTION_CLAUSES) is None
+
+
 def test_a_stale_deviation_names_its_cells():
     results = [_result(["MASK-9"], "stale-deviation", "float64"),
                _result(["MASK-9"], "deviation", "float32")]
@@ -63,6 +71,7 @@ def test_a_stale_deviation_names_its_cells():
     ({"id": "SDPA-1", "satisfied_by": "adapter"}, "satisfied by"),
     ({"verdict": "stale-deviation"}, "stale_on"),
     ({"stale_on": ["cpu/float64"]}, "stale_on"),
+    ({"verdict": "deviation", "stale_on": ["cpu/float64"]}, "stale_on"),
     ({"verdict": "stale-deviation", "stale_on": ["cuda/float16"]}, "did not run"),
 ])
 def test_entry_fields_that_contradict_the_verdict_are_problems(change, problem):
