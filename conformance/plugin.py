@@ -631,7 +631,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     for b in backends:
         for c in report[b]["clauses"]:
             if c.get("stale_on"):
-                tr.write_line(f"STALE* {b} {c['id']}: {verdicts.verdict_label(c)}")
+                tr.write_line(f"{verdicts.SYMBOL[c['verdict']]}* {b} {c['id']}: stale on "
+                              f"{', '.join(c['stale_on'])}")
     tr.section("mhaspec conformance by backend")
     for b in backends:
         counts = defaultdict(int)

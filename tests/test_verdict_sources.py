@@ -115,13 +115,18 @@ def test_consistency_refuses_an_adapter_pass_on_a_value_clause():
         certificate.check_consistency(_certificate(edit))
 
 
-def _run(tmp_path, ref: str, tests: str, clause: str) -> tuple[dict, list[dict]]:
+def _suite(tmp_path, ref: str, tests: str, dtypes: str = "float64"):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     run = runner.run_subprocess(
-        runner.suite_args(backends=[ref], profile="triage", dtypes="float64",
+        runner.suite_args(backends=[ref], profile="triage", dtypes=dtypes,
                           extra=["-p", "no:xdist", "-k", tests]),
         cwd=tmp_path, env=env, timeout=600)
     assert run.results, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+def _run(tmp_path, ref: str, tests: str, clause: str) -> tuple[dict, list[dict]]:
+    run = _suite(tmp_path, ref, tests)
     return _entry(run.results, clause), run.results
 
 
@@ -180,3 +185,14 @@ def test_the_rejection_clauses_are_those_only_rejection_tests_name(tmp_path):
             by_clause.setdefault(clause, set()).add("errors" in row["requires"])
     only_rejections = {c for c, kinds in by_clause.items() if kinds == {True}}
     assert only_rejections == REJECTION_CLAUSES
+
+
+def test_the_terminal_summary_names_the_stale_cells(tmp_path):
+    """A deviation declared in every dtype but stale in float32 only: the table marks it and a
+    line names the cell, as does the backend's summary."""
+    run = _suite(tmp_path, "broken_backends:STALE_DEVIATION_IN_FLOAT32",
+                 "test_fully_masked_rows_give_zero", "float64,float32")
+    assert "STALE* stale-deviation-float32 MASK-9: stale on cpu/float32\n" in run.stdout
+    assert ("stale-deviation-float32: declared deviations that did not deviate (stale) in these "
+            "cells: MASK-9 on cpu/float32") in run.stdout
+    assert _entry(run.results, "MASK-9")["stale_on"] == ["cpu/float32"]
