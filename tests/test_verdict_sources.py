@@ -106,6 +106,14 @@ def test_the_certificate_and_its_markdown_carry_both_fields():
     assert "SOFTCAP-2" in md.split("not by the library")[1].splitlines()[0]
 
 
+def test_the_coverage_line_says_how_many_passes_were_the_adapters():
+    from mhaspec import coverage
+
+    cert = _certificate(lambda c: c.update(satisfied_by="adapter") if c["id"].startswith("ERR")
+                        else None)
+    assert "(10 by the adapter's argument validation)" in coverage.summary(coverage.of(cert))
+
+
 def test_consistency_refuses_an_adapter_pass_on_a_value_clause():
     def edit(c):
         if c["id"] == "SDPA-1":

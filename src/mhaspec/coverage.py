@@ -1,8 +1,9 @@
 """How much of the specification a certificate covers: "N of M testable clauses" and levels.
 
 A testable clause is **certified** when its verdict is ``pass`` or ``deviation`` (a declared
-deviation the suite confirmed); ``not-implemented`` (a capability not claimed), ``not-run``,
-``fail`` and ``stale-deviation`` are not. The chapters of a spec version are **core** or
+deviation the suite confirmed; a pass an adapter's shared argument validation made, not the
+library, is counted and said apart: ``by_adapter``); ``not-implemented`` (a capability not
+claimed), ``not-run``, ``fail`` and ``stale-deviation`` are not. The chapters of a spec version are **core** or
 **optional** (an optional chapter says so in its title: "Gradients (optional)", "Soft-capping
 (optional: softcap)"). As with the Array API standard's extensions, each is a named
 conformance **level**: ``core`` (every core chapter) and each optional chapter by its id
@@ -42,6 +43,7 @@ class Coverage(NamedTuple):
     core: Tally
     chapters: dict[str, Tally]
     optional: tuple[str, ...]  # ids of the optional chapters, in spec order
+    by_adapter: int = 0  # passes an adapter's shared argument validation made (``satisfied_by``)
 
     @property
     def levels(self) -> list[str]:
@@ -74,7 +76,7 @@ def of(cert: dict) -> Coverage:
     optional_ids = {ch.id for ch in load().chapters if is_optional(ch.title)}
     counts: dict[str, list[int]] = {}
     core = [0, 0]
-    certified = deviations = 0
+    certified = deviations = by_adapter = 0
     for clause in cert["clauses"]:
         if clause["id"] not in testable:
             continue
@@ -89,16 +91,20 @@ def of(cert: dict) -> Coverage:
         if ok:
             certified += 1
             deviations += clause["verdict"] == "deviation"
+            by_adapter += bool(clause.get("satisfied_by"))
     return Coverage(certified, deviations, len(testable), Tally(*core),
                     {ch: Tally(*t) for ch, t in counts.items()},
-                    tuple(ch for ch in counts if ch in optional_ids))
+                    tuple(ch for ch in counts if ch in optional_ids), by_adapter)
 
 
 def summary(cov: Coverage) -> str:
     """One line: ``42 of 73 testable clauses (3 by a declared deviation); core 30 of 50;
     optional chapters: GQA, WIN, GRAD 1/2`` (a chapter named alone is attained whole; one with a
     count in part; one with nothing certified is left out)."""
-    dev = f" ({cov.deviations} by a declared deviation)" if cov.deviations else ""
+    dev = ", ".join(([f"{cov.deviations} by a declared deviation"] if cov.deviations else [])
+                    + ([f"{cov.by_adapter} by the adapter's argument validation"]
+                       if cov.by_adapter else []))
+    dev = f" ({dev})" if dev else ""
     optional = [ch if cov.chapters[ch].complete else f"{ch} {cov.chapters[ch]}"
                 for ch in cov.optional if cov.chapters[ch].certified]
     return (f"{cov.certified} of {cov.testable} testable clauses{dev}; core {cov.core.certified} "
