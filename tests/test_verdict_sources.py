@@ -204,3 +204,16 @@ def test_the_terminal_summary_names_the_stale_cells(tmp_path):
     assert ("stale-deviation-float32: declared deviations that did not deviate (stale) in these "
             "cells: MASK-9 on cpu/float32") in run.stdout
     assert _entry(run.results, "MASK-9")["stale_on"] == ["cpu/float32"]
+
+
+@pytest.mark.parametrize("left,words", [({"GQA-2"}, "can leave to its library only"),
+                                        ({"SOFTCAP-2"}, "capability the adapter does not claim")])
+def test_library_validates_is_checked_when_the_adapter_is_made(left, words):
+    from mhaspec.backends.adapters import NumpyAdapter
+
+    class Adapter(NumpyAdapter):
+        capabilities = frozenset({"sdpa", "errors"})
+        library_validates = frozenset(left)
+
+    with pytest.raises(ValueError, match=words):
+        Adapter("left-to-library")
