@@ -172,7 +172,8 @@ def backend_notes(clauses: list[dict]) -> list[str]:
                      f"by the library (invalid input never reached it): {', '.join(by_adapter)}")
     if stale:
         notes.append("declared deviations that did not deviate (stale) in these cells: "
-                     + "; ".join(stale))
+                     + "; ".join(stale) + " (where one deviates in other cells, narrow it to "
+                     "those with deviations_on)")
     return notes
 
 
