@@ -239,7 +239,7 @@ class ArrayBackend(Backend):
                                      key_padding_mask=None, causal=None, scale=None, **features):
         op = "scaled_dot_product_attention"
         qa, ka, va = self._arg(op, "q", q), self._arg(op, "k", k), self._arg(op, "v", v)
-        dims = _validate.sdpa_dims(qa, ka, va, gqa="gqa" in self.capabilities)
+        dims = self._sdpa_dims(qa, ka, va)
         kv = KVGeometry(dims.batch, ka.shape[1], dims.d_k, dims.d_v, f"k with shape {ka.shape}",
                         f"v with shape {va.shape}")
         feats = self._check_features(op, dims, features, qa.dtype, kv, causal)
@@ -260,6 +260,10 @@ class ArrayBackend(Backend):
             return self._mha(query, key, value, call.params, call.num_heads, call.masks,
                              **call.grouping)
         return self._mha_features(query, key, value, call)
+
+    def _sdpa_dims(self, q: Arg, k: Arg, v: Arg) -> _validate.Dims:
+        """The validated sizes of an attention call (``_validate.sdpa_dims``)."""
+        return _validate.sdpa_dims(q, k, v, gqa="gqa" in self.capabilities)
 
     def _scale(self, op: str, scale, d_k: int):
         """The call's logit scale as a float: ``scale`` validated (ERR-10), or the default

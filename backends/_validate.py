@@ -173,9 +173,10 @@ def check_sdpa(q: Arg, k: Arg, v: Arg, *, mask: Arg | None = None, bias: Arg | N
     return dims
 
 
-def sdpa_dims(q: Arg, k: Arg, v: Arg, *, gqa: bool = False) -> Dims:
+def sdpa_dims(q: Arg, k: Arg, v: Arg, *, gqa: bool = False, grouping: bool = True) -> Dims:
     """The shapes and dtypes of scaled_dot_product_attention's q, k, v (ERR, GQA-2) as
-    :class:`Dims` (``heads`` is q's head count h); masks and scale are not looked at."""
+    :class:`Dims` (``heads`` is q's head count h); masks and scale are not looked at.
+    ``grouping`` False (with ``gqa``) leaves GQA-2's head counts unchecked, to a library."""
     op = "scaled_dot_product_attention"
     for a in (q, k, v):
         _check_rank(op, a, 4, "(B, h, L, d)")
@@ -187,10 +188,10 @@ def sdpa_dims(q: Arg, k: Arg, v: Arg, *, gqa: bool = False) -> Dims:
         fail(op, f"arguments 'q', 'k', 'v' must share the batch axis B, got shapes "
                  f"{q.shape}, {k.shape}, {v.shape}")
     h, g = q.shape[1], k.shape[1]
-    if g < 1 or h % g:
+    if (grouping or not gqa) and (g < 1 or h % g):
         fail(op, f"argument 'k' has {g} key/value heads, which must divide the {h} query heads "
                  f"(GQA-2), got shapes q {q.shape} and k {k.shape}")
-    if v.shape[1] != g:
+    if (grouping or not gqa) and v.shape[1] != g:
         fail(op, f"argument 'v' has {v.shape[1]} heads, which must equal k's {g} (GQA-2), got "
                  f"shapes k {k.shape} and v {v.shape}")
     if k.shape[2] != v.shape[2]:

@@ -53,7 +53,7 @@ import copy
 
 from ._base import AttentionOutputs, MHAParams
 from ._generic import Algorithm, MaskArgs
-from ._validate import REJECTION_CLAUSES, Features
+from ._validate import REJECTION_CLAUSES, Arg, Dims, Features, sdpa_dims
 from .jax_backend import JaxBackend
 from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
@@ -64,7 +64,8 @@ __all__ = ["Features", "JaxAdapter", "LEFT_TO_LIBRARY", "MaskArgs", "NativeAdapt
 
 #: clause -> (the argument an adapter may pass to its library unchecked, the capability that
 #: needs; ``library_validates``): the clauses whose checks are that one argument's own
-LEFT_TO_LIBRARY = {"SOFTCAP-2": ("softcap", "softcap"), "ERR-10": ("scale", "errors")}
+LEFT_TO_LIBRARY = {"SOFTCAP-2": ("softcap", "softcap"), "ERR-10": ("scale", "errors"),
+                   "GQA-2": ("k", "gqa")}
 
 
 class NativeAdapter:
@@ -77,8 +78,9 @@ class NativeAdapter:
             ``mhaspec conventions`` can confirm the difference is real; an adapter asks
             :meth:`translates` before translating.
         library_validates: clauses of :data:`LEFT_TO_LIBRARY` whose argument reaches the op
-            unchecked (an invalid ``softcap`` or ``scale`` included), so the library's own error,
-            or its silence, is judged; the others are checked before the op is called.
+            unchecked (an invalid ``softcap`` or ``scale``, k and v heads that do not group), so
+            the library's own error, or its silence, is judged; the others are checked before the
+            op is called.
     """
 
     native_op: str = ""
@@ -189,6 +191,12 @@ class NativeAdapter:
                 if features.get(arg) is not None}
         checked = {n: x for n, x in features.items() if n not in left}
         return super()._check_features(op, dims, checked, dtype, kv, causal)._replace(**left)
+
+    def _sdpa_dims(self, q: Arg, k: Arg, v: Arg) -> Dims:
+        """The shared checks of q, k, v, without GQA-2's head counts when it is left to the
+        library (``k`` and ``v`` then reach it with any head count)."""
+        return sdpa_dims(q, k, v, gqa="gqa" in self.capabilities,
+                         grouping="k" not in self._left_to_library())
 
     def _scale(self, op: str, scale, d_k: int):
         """A caller's ``scale`` as given when ERR-10 is left to the library, else checked."""

@@ -52,3 +52,19 @@ class NegativeScaleTaken(SilentSoftcap):
 
 
 SCALE_LEFT_TO_LIBRARY = NegativeScaleTaken("negative-scale-library-judged")
+
+
+class HeadsRepeated(SilentSoftcap):
+    """Grouped heads by ``np.repeat(k, h // g)``, with no check that g divides h: judged on it,
+    a k of 3 heads against 4 query heads fails inside NumPy, not naming ``k``."""
+
+    capabilities = SilentSoftcap.capabilities | {"gqa"}
+    library_validates = frozenset({"GQA-2"})
+
+    def attention(self, q, k, v, m):
+        group = q.shape[1] // k.shape[1]
+        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+        return super().attention(q, k, v, m)
+
+
+GROUPING_LEFT_TO_LIBRARY = HeadsRepeated("heads-repeated-library-judged")

@@ -206,7 +206,7 @@ def test_the_terminal_summary_names_the_stale_cells(tmp_path):
     assert _entry(run.results, "MASK-9")["stale_on"] == ["cpu/float32"]
 
 
-@pytest.mark.parametrize("left,words", [({"GQA-2"}, "can leave to its library only"),
+@pytest.mark.parametrize("left,words", [({"WIN-2"}, "can leave to its library only"),
                                         ({"SOFTCAP-2"}, "capability the adapter does not claim")])
 def test_library_validates_is_checked_when_the_adapter_is_made(left, words):
     from mhaspec.backends.adapters import NumpyAdapter
@@ -217,3 +217,11 @@ def test_library_validates_is_checked_when_the_adapter_is_made(left, words):
 
     with pytest.raises(ValueError, match=words):
         Adapter("left-to-library")
+
+
+def test_head_grouping_left_to_the_library_is_judged_on_the_library(tmp_path):
+    entry, results = _run(tmp_path, "library_checks:GROUPING_LEFT_TO_LIBRARY",
+                          "test_gqa_sdpa", "GQA-2")
+    assert entry["verdict"] == "fail", entry
+    assert "message does not name k" in entry["failures"][0]
+    assert _entry(results, "GQA-1")["verdict"] == "pass"
