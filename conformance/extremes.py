@@ -13,6 +13,8 @@ still reproduces the case exactly, extremes included.
   ``-inf``); the entry is drawn from the case's seed.
 * ``"masked-key:<value>"``: per batch item, component 0 of the key most often excluded by the
   boolean masks (in every head of ``k``, and in ``key``) set to ``<value>``.
+* ``"blocked-bias-rows"``: some query rows of ``bias`` (drawn from the case's seed, at least one)
+  set to -inf in every key: rows emptied by the bias alone (MASK-2, MASK-9).
 * ``"shared:key=value"`` / ``"shared:query=key"``: two of the multi-head inputs are one array (the
   shapes must allow it): the encoder memory used as key and value, or query and key shared with a
   separate value. Backends that pick a fused projection by array identity must get these right.
@@ -58,9 +60,18 @@ def shared(which: str) -> str:
     return f"shared:{which}"
 
 
+BLOCKED_BIAS_ROWS = "blocked-bias-rows"
+
+
+def blocked_bias_rows(rest: str = "") -> str:
+    if rest:
+        raise ValueError(f"{BLOCKED_BIAS_ROWS} takes no arguments, got {rest!r}")
+    return BLOCKED_BIAS_ROWS
+
+
 #: kind -> the builder that checks its arguments and writes the extreme back
 _BUILDERS = {"subnormal": subnormal, "nonfinite": nonfinite, "masked-key": masked_key,
-             "shared": shared}
+             "shared": shared, BLOCKED_BIAS_ROWS: blocked_bias_rows}
 
 
 def parse(extreme: str) -> tuple[str, list[str]]:
@@ -75,7 +86,7 @@ def parse(extreme: str) -> tuple[str, list[str]]:
     except (TypeError, ValueError):
         raise ValueError(f"unknown extreme {extreme!r} (known: subnormal:<dtype>:query|value, "
                          f"nonfinite:nan|inf|-inf:<array>, masked-key:nan|inf|-inf, "
-                         f"shared:{'|'.join(SHARED)})") from None
+                         f"shared:{'|'.join(SHARED)}, {BLOCKED_BIAS_ROWS})") from None
     return kind, args
 
 
@@ -88,6 +99,8 @@ def apply(case, extreme: str):
         return _nonfinite(case, NONFINITE[args[0]], args[1])
     if kind == "masked-key":
         return _masked_key(case, NONFINITE[args[0]])
+    if kind == BLOCKED_BIAS_ROWS:
+        return _blocked_bias_rows(case)
     return _shared(case, args[0])
 
 
@@ -143,3 +156,18 @@ def _shared(case, which: str):
     if case.query.shape != case.key.shape:
         raise ValueError(f"shared:query=key needs query {case.query.shape} == key {case.key.shape}")
     return case._replace(key=case.query)
+
+
+def _blocked_bias_rows(case):
+    if case.bias is None:  # a backend without "bias" runs the case without it (harness.fit)
+        return case
+    if case.bias.ndim < 2 or case.bias.ndim < 2 or case.bias.shape[-2] != case.spec.len_q:
+        raise ValueError(f"{BLOCKED_BIAS_ROWS} needs a bias over the L_q = {case.spec.len_q} "
+                         f"query rows, got shape {None if case.bias is None else case.bias.shape}")
+    rng = np.random.default_rng(case.spec.seed + 4)
+    rows = rng.random(case.spec.len_q) < 0.5
+    if case.spec.len_q:
+        rows[rng.integers(case.spec.len_q)] = True
+    bias = np.array(case.bias)
+    bias[..., rows, :] = -np.inf
+    return case._replace(bias=bias)

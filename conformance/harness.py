@@ -37,7 +37,7 @@ import pytest
 from mhaspec.backends import AttentionOutputs, MHAParams
 from mhaspec.spec import oracle
 
-from . import failure_file, features, tolerance
+from . import conditions, failure_file, features, tolerance
 from .strategies import Case, CaseSpec, build_case
 
 OPS = ("sdpa", "mha")
@@ -222,6 +222,7 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     item = current_item.get()
     if item is not None:  # the case a failure of this test saves (the plugin, on failure)
         item.mhaspec_last_call = (impl, op, case, overrides)
+        conditions.note(item, op, case.spec)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}
     if op == "sdpa":

@@ -51,7 +51,7 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import clause_capabilities, harness, scheduling, strategies, tolerance, verdicts
+from . import clause_capabilities, conditions, harness, scheduling, strategies, tolerance, verdicts
 
 NOT_IMPLEMENTED = "not implemented"
 OPS = harness.OPS
@@ -184,9 +184,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--mhaspec-dtypes", default=None, metavar="D1,D2",
                     help="only these dtypes (comma-separated), e.g. float64,float32")
     group.addoption("--mhaspec-shapes", default=None, choices=("free", "menu"),
-                    help="free: draw every size from the menus of sizes; menu: draw whole shapes "
-                         "from the fixed list of 7 (compiled variants then compile 7 shapes); "
-                         "default: menu for the ci and triage profiles, free otherwise")
+                    help=f"free: draw every size from the menus of sizes; menu: draw whole shapes "
+                         f"from the fixed list of {len(strategies.CI_SHAPES)} (compiled variants "
+                         f"then compile each once); default: menu for the ci and triage "
+                         f"profiles, free otherwise")
     group.addoption("--mhaspec-examples", default=None, type=int, metavar="N",
                     help="Hypothesis examples per test, overriding the profile's max_examples "
                          "(the soak uses it to make fewer, longer rounds)")
@@ -516,6 +517,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
                 "examples": getattr(item, "mhaspec_examples", 0),
                 "validated_by_adapter": _validated_by_adapter(item.callspec.params["impl"].backend,
                                                               record["clauses"])}
+        ran = conditions.ran(item, record["clauses"]) if report.when == "call" else {}
+        if ran:  # the rows of each clause's condition space its cases held
+            info["conditions"] = ran
         if report.when == "call" and report.failed:
             info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
             info["failure"] = getattr(item, "mhaspec_failure", None)

@@ -48,8 +48,12 @@ class Shapes(NamedTuple("Shapes", [*((f, int) for f in Dims._fields),
 
 
 #: A short fixed list of shapes for the ``ci`` profile: compiled variants (and JAX's per-shape
-#: eager kernels) then compile each shape once for the whole run. It covers L_k = 1, L_q > L_k,
-#: L_q < L_k, d_v != d_k, cross-attention widths, one head and several, batch 1 and 2.
+#: eager kernels) then compile each shape once for the whole run. Chosen by what callers run and
+#: what tells conventions apart: decoding (one query, several keys: L_q = 1 < L_k, where top-left
+#: and bottom-right causal masks differ most), prefill (L_q = L_k), L_q < L_k and L_q > L_k
+#: (alignments differ; bottom-right empties rows), sizes 1 (L_q = L_k = 1, L_k = 1, h = 1, d = 1),
+#: d_v != d_k, cross-attention widths, batch 1 and 2. Sizes 0 (SHAPE-4) have their own tests
+#: (conformance/test_shapes.py), which set them on these shapes.
 CI_SHAPES = (
     Shapes(1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
     Shapes(2, 2, 5, 5, 4, 4, 8, 8, 8, 8),
@@ -58,6 +62,7 @@ CI_SHAPES = (
     Shapes(2, 2, 5, 8, 8, 4, 8, 4, 8, 1),
     Shapes(2, 1, 5, 1, 4, 1, 4, 1, 4, 4),
     Shapes(1, 3, 8, 8, 8, 8, 8, 8, 8, 8),
+    Shapes(2, 2, 1, 5, 4, 8, 8, 8, 4, 8),
 )
 
 #: The shapes of the running test: None draws every size freely from the menus above; a tuple
@@ -177,7 +182,10 @@ def build_case(spec: CaseSpec) -> Case:
     kpm = None
     if spec.key_padding:
         kpm = rng.random((b, features.key_length(spec))) < 0.75
-        kpm[:, 0] = True
+        if spec.fully_masked_rows:  # one batch item with every key padded: all its rows empty
+            kpm[rng.integers(b)] = False
+        else:
+            kpm[:, 0] = True
     g = features.kv_heads(spec)
     if g != h:  # grouped key/value heads (GQA-1): the first g heads
         k, v = k[:, :g], v[:, :g]
@@ -286,10 +294,8 @@ def case_specs(draw, *, masks: bool = False, bias: bool = False, legacy: bool = 
 
 
 def with_causal(spec: CaseSpec, alignment: str) -> CaseSpec:
-    """``spec`` with a causal mask. Unless fully masked rows are wanted, bottom-right alignment gets
-    L_q <= L_k, so that key 0 stays allowed in every row (MASK-7 masks the first L_q - L_k rows)."""
-    if alignment == "bottom_right" and not spec.fully_masked_rows and spec.len_q > spec.len_k:
-        spec = spec._replace(len_q=spec.len_k, len_k=spec.len_q, mask_shape=None, bias_shape=None)
+    """``spec`` with a causal mask of ``alignment``, its lengths as drawn: bottom-right with
+    L_q > L_k empties the first L_q - L_k rows (MASK-7), which MASK-9 then governs."""
     return spec._replace(causal=alignment)
 
 

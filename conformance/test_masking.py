@@ -10,7 +10,7 @@ from hypothesis import example, given, strategies as st
 from mhaspec.backends import MHAParams
 from mhaspec.spec import oracle
 
-from mhaspec.conformance import extremes, harness
+from mhaspec.conformance import conditions, extremes, harness
 from mhaspec.conformance.strategies import CaseSpec, case_specs, with_causal
 
 pytestmark = pytest.mark.requires("masks")
@@ -106,6 +106,7 @@ def test_key_padding_mask_true_means_key_present(impl, op, spec):
 
 @pytest.mark.clause("MASK-6")
 @pytest.mark.requires("causal")
+@conditions.cover("MASK-6")
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "top_left")))
 def test_causal_top_left_allows_j_le_i(impl, op, spec):
     case = impl.case(spec, op)
@@ -116,6 +117,7 @@ def test_causal_top_left_allows_j_le_i(impl, op, spec):
 
 @pytest.mark.clause("MASK-7")
 @pytest.mark.requires("causal")
+@conditions.cover("MASK-7")
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "bottom_right")))
 def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(impl, op, spec):
     case = impl.case(spec, op)
@@ -135,11 +137,15 @@ def test_masks_combine_by_and_and_bias_adds(impl, op, spec):
 
 
 @pytest.mark.clause("MASK-9")
-@given(spec=case_specs(masks=True, fully_masked=True, key_padding=True))
+@conditions.cover("MASK-9")
+@given(spec=st.one_of(conditions.specs("MASK-9"),
+                      case_specs(masks=True, fully_masked=True, key_padding=True)))
 def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
+    """Every way a row empties (conditions.SPACES["MASK-9"]), with and without a bias."""
     case = impl.case(spec, op)
     got = harness.run(impl, op, case)
-    empty = ~_allowed(case).any(axis=-1)  # (B, h, L_q)
+    ref = harness.reference(case, op, impl.dtype)
+    empty = ~np.any(ref.expected.weights != 0, axis=-1)  # (B, h, L_q): no allowed key
     rows_out = got.out[empty] if op == "sdpa" else got.out[empty.all(axis=1)]
     if op == "mha":  # a row masked in every head gives b_o: Concat(0, ..., 0) W_o + b_o
         b_o = case.params.b_o if case.params.b_o is not None else np.zeros(case.spec.d_out)
@@ -149,7 +155,7 @@ def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
     if got.weights is not None:
         assert np.all(got.weights[empty] == 0), (f"[MASK-9] {impl.id}: fully masked rows must give "
                                                  f"weights 0, got {got.weights[empty][:2]} ...")
-    harness.expect_oracle(impl, case, got, op=op, clause="MASK-9")
+    harness.expect_oracle(impl, case, got, op=op, clause="MASK-9", ref=ref)
 
 
 @pytest.mark.clause("MASK-10")

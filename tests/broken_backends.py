@@ -441,6 +441,48 @@ class Float64ThroughFloat32(_Broken):
         return super()._attend(q, k, v, allowed, additive, float(np.float32(scale)))
 
 
+class BiasMergedWithFinfoMin(_Broken):
+    """Merges the masks into a given bias as ``where(allowed, bias, finfo.min)`` (a fill some
+    libraries use when a bias is present; without a bias, -inf and the guarded softmax): a fully
+    masked row gets uniform weights, the mean of V, only when a bias is present (MASK-9)."""
+
+    def _attend_ext(self, q, k, v, allowed, additive, scale, softcap, lse):
+        if not additive or allowed is None:
+            return super()._attend_ext(q, k, v, allowed, additive, scale, softcap, lse)
+        merged = np.where(allowed, sum(additive), np.finfo(q.dtype).min).astype(q.dtype)
+        return super()._attend_ext(q, k, v, None, [merged], scale, softcap, lse)
+
+
+class CausalSkippedForOneQuery(_Broken):
+    """Leaves out the causal mask when there is one query ("decoding: the query is the last
+    position"): right bottom-right, but top-left's one query must see key 0 only (MASK-6)."""
+
+    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
+        return super()._combine_masks(len_q, len_k, like, mask, key_padding_mask,
+                                      None if len_q == 1 else causal)
+
+
+class KeyPaddingAsFinfoMinBias(_Broken):
+    """Turns ``key_padding_mask`` into an additive finfo.min at padded keys (an extended
+    attention mask): a batch item whose keys are all padded gets the mean of V, not 0 (MASK-9)."""
+
+    def _with_padding(self, like, bias, key_padding_mask):
+        if key_padding_mask is None:
+            return bias
+        fill = np.where(np.asarray(key_padding_mask)[:, None, None, :], 0.0,
+                        np.finfo(like.dtype).min).astype(like.dtype)
+        return fill if bias is None else bias + fill
+
+    def scaled_dot_product_attention(self, q, k, v, *, key_padding_mask=None, bias=None, **kw):
+        return super().scaled_dot_product_attention(
+            q, k, v, bias=self._with_padding(q, bias, key_padding_mask), **kw)
+
+    def multi_head_attention(self, query, key, value, params, *, key_padding_mask=None, bias=None,
+                             **kw):
+        return super().multi_head_attention(
+            query, key, value, params, bias=self._with_padding(query, bias, key_padding_mask), **kw)
+
+
 # -- spec 1.2 features: the oracle-backed reference backend with one mistake each -----------------
 
 class _BrokenFeature(OracleBackend):
@@ -640,6 +682,9 @@ ALIBI_SIGN_FLIPPED = AlibiSignFlipped("broken-alibi-sign")
 SEGMENTS_ACROSS_BATCH = SegmentsAcrossBatch("broken-segments-across-batch")
 CACHE_OFFSET_ZERO = CacheOffsetZero("broken-cache-offset-zero")
 LSE_OF_THE_UNMASKED_ROW = LseOfTheUnmaskedRow("broken-lse-unmasked")
+BIAS_MERGED_WITH_FINFO_MIN = BiasMergedWithFinfoMin("broken-bias-merge-finfo-min")
+CAUSAL_SKIPPED_FOR_ONE_QUERY = CausalSkippedForOneQuery("broken-causal-skipped-at-decode")
+KEY_PADDING_AS_FINFO_MIN_BIAS = KeyPaddingAsFinfoMinBias("broken-kpm-finfo-min")
 STALE_DEVIATION = StaleDeviation("stale-deviation")
 STALE_DEVIATION_IN_FLOAT32 = StaleDeviationInFloat32("stale-deviation-float32")
 
@@ -697,6 +742,9 @@ EXPECTED = {
     "SEGMENTS_ACROSS_BATCH": ("broken-segments-across-batch", {"SEG-1"}),
     "CACHE_OFFSET_ZERO": ("broken-cache-offset-zero", {"CACHE-2"}),
     "LSE_OF_THE_UNMASKED_ROW": ("broken-lse-unmasked", {"LSE-1"}),
+    "BIAS_MERGED_WITH_FINFO_MIN": ("broken-bias-merge-finfo-min", {"MASK-9"}),
+    "CAUSAL_SKIPPED_FOR_ONE_QUERY": ("broken-causal-skipped-at-decode", {"MASK-6"}),
+    "KEY_PADDING_AS_FINFO_MIN_BIAS": ("broken-kpm-finfo-min", {"MASK-9"}),
 }
 
 

@@ -11,7 +11,7 @@ first round runs every dtype at ``--per-test`` examples per test; its later roun
 dtypes still short of the target, with as many examples per test as that takes (from the
 examples per dtype its earlier rounds made, at most ``--max-per-test``). ``--resume`` continues
 a soak from its ``summary.json``. Shapes come from
-the fixed list of 7 by default (``--shapes menu``: compiled variants then compile 7 shapes, not
+the fixed list of shapes by default (``--shapes menu``: compiled variants then compile each once, not
 hundreds; values, masks, bias, scales and seeds stay random), or from the free menus of sizes
 (``--shapes free``). Rounds continue until the time budget is spent (``--seconds``, env
 ``MHASPEC_SOAK_SECONDS``, default 3600) or every backend x dtype has made the target number of
@@ -74,7 +74,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="rounds run at the same time, each on a different backend (default 1)")
     p.add_argument("--dtypes", default=None, metavar="D1,D2", help="only these dtypes")
     p.add_argument("--shapes", default="menu", choices=("menu", "free"),
-                   help="menu: the fixed list of 7 shapes (default); free: every size drawn")
+                   help="menu: the fixed list of ci shapes (default); free: every size drawn")
     p.add_argument("--output-dir", default="results/soak", type=pathlib.Path,
                    help="where summary.json and the per-round reports go (default results/soak)")
     p.add_argument("--merge", nargs="+", type=pathlib.Path, default=None, metavar="SUMMARY",
