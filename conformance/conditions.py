@@ -314,3 +314,23 @@ def not_implemented(clause: str, capabilities) -> list[str]:
     not implemented sub-cases): ``"dim=value (needs capability)"``."""
     return [f"{d}={v} (needs {NEEDS[(d, v)]})" for d in SPACES[clause].dimensions
             for v in DIMENSIONS[d] if NEEDS.get((d, v), None) not in (None, *capabilities)]
+
+
+#: outcomes of results whose test ran its cases (a declared deviation ran them too)
+RAN_OUTCOMES = ("pass", "fail", "deviation", "stale-deviation")
+
+
+def run_gaps(results, capabilities: Mapping[str, frozenset]) -> dict[tuple, list[str]]:
+    """(backend, device, dtype, clause) -> :func:`uncovered` for every cell of a run's
+    ``results`` that ran a test of a clause with a declared space; ``capabilities``: backend
+    name -> what it claims. Cells with nothing missing are left out ({}: every space covered)."""
+    seen: dict[tuple, list] = {}
+    for r in results:
+        if r["outcome"] not in RAN_OUTCOMES:
+            continue
+        for clause in r["clauses"]:
+            if clause in SPACES:
+                key = (r["backend"], r["device"], r["dtype"], clause)
+                seen.setdefault(key, []).extend(r.get("conditions", {}).get(clause, []))
+    gaps = {key: uncovered(key[3], rows, capabilities[key[0]]) for key, rows in seen.items()}
+    return {key: missing for key, missing in gaps.items() if missing}
