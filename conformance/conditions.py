@@ -24,6 +24,9 @@ yet and are listed as such by ``mhaspec conditions``):
 
 * MASK-6 / MASK-7: the alignments differ only when L_q != L_k, most at L_q = 1 < L_k (decoding),
   and bottom-right empties rows when L_q > L_k: every ordering with every operation.
+* WIN-1 / ALIBI-1: the diagonal's alignment decides which keys a window admits and each
+  distance, and differs when L_q != L_k (most at decoding): every alignment with every ordering
+  and operation.
 * MASK-9: a row's allowed set empties by a boolean mask, bottom-right causal (L_q > L_k), key
   padding (a batch item padded throughout), a window (L_q > L_k), segment ids, sequence lengths,
   or a -inf bias; each with and without a finite bias (libraries that merge the masks into the
@@ -59,10 +62,12 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "lengths": LENGTH_ORDERS,
     "empty_by": EMPTY_BY,
     "bias": ("none", "finite"),
+    "alignment": ("top_left", "bottom_right"),
 }
 
 #: (dimension, value) -> the capability a case with it needs (others: the clause's own)
-NEEDS = {("op", "sdpa"): "sdpa", ("op", "mha"): "mha", ("empty_by", "mask"): "masks", ("empty_by", "key_padding"): "masks",
+NEEDS = {("op", "sdpa"): "sdpa", ("op", "mha"): "mha",
+         ("empty_by", "mask"): "masks", ("empty_by", "key_padding"): "masks",
          ("empty_by", "causal_bottom_right"): "causal", ("empty_by", "window"): "window",
          ("empty_by", "segments"): "segments", ("empty_by", "seq_lengths"): "segments",
          ("empty_by", "minus_inf_bias"): "bias", ("bias", "finite"): "bias"}
@@ -93,6 +98,8 @@ SPACES: dict[str, Space] = {
     "MASK-6": Space(("op", "lengths"), {"causal": "top_left"}),
     "MASK-7": Space(("op", "lengths"), {"causal": "bottom_right"}),
     "MASK-9": Space(("op", "empty_by", "bias", "lengths"), {}, _empties_a_row),
+    "WIN-1": Space(("op", "lengths", "alignment"), {"window": (1, 0)}),
+    "ALIBI-1": Space(("op", "lengths", "alignment"), {"alibi": "geometric"}),
 }
 
 
@@ -155,6 +162,8 @@ def _fields(row: Mapping[str, str], shape) -> dict:
     kw: dict = {}
     if row.get("bias") == "finite" or row.get("empty_by") == "minus_inf_bias":
         kw["bias_shape"] = full
+    if "alignment" in row:
+        kw["alignment"] = row["alignment"]
     way = row.get("empty_by")
     if way == "mask":
         kw.update(mask_shape=full, fully_masked_rows=True)
@@ -265,7 +274,9 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...]) -> list[dict[s
     """The rows over ``dimensions`` that the case ``spec`` (as run: fitted to the backend) holds:
     one per way its rows empty (``empty_by`` "none" when none does)."""
     base = {"op": op, "lengths": order_of(spec.len_q, features.key_length(spec)),
-            "bias": "none" if spec.bias_shape is None else "finite"}
+            "bias": "none" if spec.bias_shape is None else "finite",
+            "alignment": spec.alignment or spec.causal
+            or ("bottom_right" if spec.past_len is not None else "none")}
     ways = _ways_emptied(spec) if "empty_by" in dimensions else ("none",)
     return [{d: {**base, "empty_by": w}[d] for d in dimensions} for w in ways or ("none",)]
 
@@ -279,16 +290,23 @@ def note(item, op: str, spec: CaseSpec) -> None:
     item.stash.setdefault(RAN_KEY, set()).add((op, spec))
 
 
+#: what every clause without a declared space records of its cases (the audit shows it)
+GENERIC = ("op", "lengths")
+
+
+def dimensions_of(clause: str) -> tuple[str, ...]:
+    """The clause's declared dimensions, else :data:`GENERIC` (observed, not required)."""
+    return SPACES[clause].dimensions if clause in SPACES else GENERIC
+
+
 def ran(item, clauses) -> dict[str, list[dict[str, str]]]:
-    """clause -> the distinct rows of its space the cases ``item`` ran hold, for the ``clauses``
-    with a declared space."""
+    """clause -> the distinct rows over :func:`dimensions_of` the cases ``item`` ran hold."""
     cases = item.stash.get(RAN_KEY, set())
     out = {}
-    for clause in clauses:
-        if clause in SPACES:
-            dims = SPACES[clause].dimensions
-            rows = {tuple(r.items()) for op, spec in cases for r in observe(spec, op, dims)}
-            out[clause] = [dict(r) for r in sorted(rows)]
+    for clause in clauses if cases else ():
+        dims = dimensions_of(clause)
+        rows = {tuple(r.items()) for op, spec in cases for r in observe(spec, op, dims)}
+        out[clause] = [dict(r) for r in sorted(rows)]
     return out
 
 
@@ -316,6 +334,13 @@ def not_implemented(clause: str, capabilities) -> list[str]:
             for v in DIMENSIONS[d] if NEEDS.get((d, v), None) not in (None, *capabilities)]
 
 
+def unclaimed(clauses, capabilities) -> dict[str, list[str]]:
+    """clause -> :func:`not_implemented` for the ``clauses`` with a declared space (only those
+    with some)."""
+    out = {c: not_implemented(c, capabilities) for c in clauses if c in SPACES}
+    return {c: values for c, values in out.items() if values}
+
+
 #: outcomes of results whose test ran its cases (a declared deviation ran them too)
 RAN_OUTCOMES = ("pass", "fail", "deviation", "stale-deviation")
 
@@ -334,3 +359,61 @@ def run_gaps(results, capabilities: Mapping[str, frozenset]) -> dict[tuple, list
                 seen.setdefault(key, []).extend(r.get("conditions", {}).get(clause, []))
     gaps = {key: uncovered(key[3], rows, capabilities[key[0]]) for key, rows in seen.items()}
     return {key: missing for key, missing in gaps.items() if missing}
+
+
+def audit_table(results, clause_ids, capabilities: Mapping[str, frozenset]) -> str:
+    """Markdown: per clause, its dimensions, the values each took in the run's ``results`` (in
+    every cell: a value some cell missed is marked ``(not every cell)``), and, for a declared
+    space, the covering rows and what a cell missed (:func:`run_gaps`)."""
+    by_clause: dict[str, dict[tuple, list]] = {}
+    for r in results:
+        if r["outcome"] in RAN_OUTCOMES:
+            for clause in r["clauses"]:
+                cell = (r["backend"], r["device"], r["dtype"])
+                by_clause.setdefault(clause, {}).setdefault(cell, []).extend(
+                    r.get("conditions", {}).get(clause, []))
+    gaps = run_gaps(results, capabilities)
+    lines = ["| clause | dimensions | declared | values run (every cell) | covering rows "
+             "| missed |",
+             "|---|---|---|---|---|---|"]
+    for clause in clause_ids:
+        cells = by_clause.get(clause, {})
+        dims = dimensions_of(clause)
+        shown = []
+        for d in dims:
+            per_cell = [{row.get(d) for row in rows} for rows in cells.values()] or [set()]
+            every, some = set.intersection(*per_cell), set.union(*per_cell)
+            values = [v for v in dict.fromkeys((*DIMENSIONS[d], "none")) if v in some]
+            shown.append(f"{d}: " + ", ".join(v if v in every else f"{v} (not every cell)"
+                                               for v in values) if values else f"{d}: -")
+        missed = sorted({m for key, ms in gaps.items() if key[3] == clause for m in ms})
+        lines.append(f"| {clause} | {', '.join(dims)} | {'yes' if clause in SPACES else 'no'} | "
+                     f"{'; '.join(shown) if cells else 'did not run'} | "
+                     f"{len(covering_rows(clause)) if clause in SPACES else '-'} | "
+                     f"{', '.join(missed) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    """``python -m mhaspec.conformance.conditions REPORT.json``: the audit table (markdown) of
+    a run's ``--mhaspec-report`` results, for registered backends."""
+    import json
+    import sys
+
+    from mhaspec.backends import load_backend
+    from mhaspec.spec import load as load_spec
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m mhaspec.conformance.conditions REPORT.json", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as f:
+        results = json.load(f)
+    claims = {name: frozenset(load_backend(name).capabilities)
+              for name in {r["backend"] for r in results}}
+    print(audit_table(results, load_spec().testable_ids, claims), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -517,9 +517,12 @@ def pytest_runtest_makereport(item: pytest.Item, call):
                 "examples": getattr(item, "mhaspec_examples", 0),
                 "validated_by_adapter": _validated_by_adapter(item.callspec.params["impl"].backend,
                                                               record["clauses"])}
-        ran = conditions.ran(item, record["clauses"]) if report.when == "call" else {}
-        if ran:  # the rows of each clause's condition space its cases held
-            info["conditions"] = ran
+        if report.when == "call":  # the rows of each clause's condition space its cases held,
+            # and the values a capability the backend does not claim kept out (not implemented)
+            params = item.callspec.params
+            claims = harness.op_capabilities(params["impl"].backend, params.get("op"))
+            info["conditions"] = conditions.ran(item, record["clauses"])
+            info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims)
         if report.when == "call" and report.failed:
             info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
             info["failure"] = getattr(item, "mhaspec_failure", None)

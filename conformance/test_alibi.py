@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 from mhaspec.spec import oracle
 
@@ -18,6 +18,7 @@ pytestmark = pytest.mark.requires("alibi")
 
 
 @pytest.mark.clause("ALIBI-1")
+@conditions.cover("ALIBI-1")
 @given(spec=feature_specs(require=("alibi",), allow=("softcap", "window", "segments", "cache",
                                                      "lse"),
                           masks=True, key_padding=True, causal=True))

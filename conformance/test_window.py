@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("window")
@@ -21,6 +21,7 @@ EXAMPLE = CaseSpec(batch=1, heads=1, len_q=3, len_k=5, d_k=4, d_v=4, seed=71, wi
 
 
 @pytest.mark.clause("WIN-1")
+@conditions.cover("WIN-1")
 @given(spec=feature_specs(require=("window",), allow=("softcap", "alibi", "segments", "cache",
                                                       "lse"),
                           masks=True, bias=True, key_padding=True, causal=True))

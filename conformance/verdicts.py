@@ -106,6 +106,7 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
                               if r["outcome"] not in ("unavailable", "not-implemented")}),
             "not_run_on": missing if clause.testable else [],
             "failures": [r["message"] for r in runs if r["outcome"] in BAD and r.get("message")][:3],
+            "conditions": ran_conditions(runs, clause.id),
         })
     return out
 
@@ -175,6 +176,17 @@ def backend_notes(clauses: list[dict]) -> list[str]:
                      + "; ".join(stale) + " (where one deviates in other cells, narrow it to "
                      "those with deviations_on)")
     return notes
+
+
+def ran_conditions(runs: list[dict], clause: str) -> list[str]:
+    """The distinct rows of ``clause``'s condition space (:mod:`.conditions`) its ``runs``
+    recorded, each as ``"dim=value, ..."``, then the values a capability the backend does not
+    claim kept out, each as ``"not implemented: dim=value (needs capability)"``; sorted."""
+    rows = {", ".join(f"{d}={v}" for d, v in row.items())
+            for r in runs for row in r.get("conditions", {}).get(clause, [])}
+    kept_out = {f"not implemented: {v}" for r in runs
+                for v in r.get("conditions_not_implemented", {}).get(clause, [])}
+    return sorted(rows) + sorted(kept_out)
 
 
 def finite_or_none(ratio: float) -> float | None:
