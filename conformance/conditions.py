@@ -27,6 +27,9 @@ yet and are listed as such by ``mhaspec conditions``):
 * WIN-1 / ALIBI-1: the diagonal's alignment decides which keys a window admits and each
   distance, and differs when L_q != L_k (most at decoding): every alignment with every ordering
   and operation.
+* CACHE-2: with a cache the diagonal sits at the past length, per batch item when the cache is
+  partly valid; decoding (one new query after the cache) is the commonest call of all: every
+  ordering of L_q and L_K with a full and a partly valid cache, in each operation.
 * MASK-9: a row's allowed set empties by a boolean mask, bottom-right causal (L_q > L_k), key
   padding (a batch item padded throughout), a window (L_q > L_k), segment ids, sequence lengths,
   or a -inf bias; each with and without a finite bias (libraries that merge the masks into the
@@ -63,6 +66,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "empty_by": EMPTY_BY,
     "bias": ("none", "finite"),
     "alignment": ("top_left", "bottom_right"),
+    "past": ("all_valid", "per_item_lengths"),
 }
 
 #: (dimension, value) -> the capability a case with it needs (others: the clause's own)
@@ -100,6 +104,7 @@ SPACES: dict[str, Space] = {
     "MASK-9": Space(("op", "empty_by", "bias", "lengths"), {}, _empties_a_row),
     "WIN-1": Space(("op", "lengths", "alignment"), {"window": (1, 0)}),
     "ALIBI-1": Space(("op", "lengths", "alignment"), {"alibi": "geometric"}),
+    "CACHE-2": Space(("op", "lengths", "past"), {"past_len": 3, "causal": "bottom_right"}),
 }
 
 
@@ -142,16 +147,17 @@ def order_of(len_q: int, len_k: int) -> str:
     return "L_q<L_k" if len_q < len_k else "L_q=L_k" if len_q == len_k else "L_q>L_k"
 
 
-def _shape_for(order: str, draw=None):
-    """Sizes for ``order``: the first ci shape of that order (drawn from them and, off the menu,
-    from the free sizes when ``draw`` is given)."""
-    menu = [s for s in CI_SHAPES if order_of(s.len_q, s.len_k) == order and s.len_k > 1]
+def _shape_for(order: str, draw=None, past: int = 0):
+    """Sizes for ``order`` of L_q vs L_K = ``past`` + L_k: the first ci shape of that order
+    (drawn from them and, off the menu, from the free sizes when ``draw`` is given)."""
+    menu = [s for s in CI_SHAPES if order_of(s.len_q, s.len_k + past) == order and
+            s.len_k + past > 1]
     if draw is None:
         return menu[0]
     if shape_menu.get() is not None:
         return draw(st.sampled_from(menu))
     lq, lk = draw(st.sampled_from([(a, b) for a in LENGTHS for b in LENGTHS
-                                   if b > 1 and order_of(a, b) == order]))
+                                   if b + past > 1 and order_of(a, b + past) == order]))
     return draw(st.sampled_from(menu))._replace(len_q=lq, len_k=lk)
 
 
@@ -164,6 +170,8 @@ def _fields(row: Mapping[str, str], shape) -> dict:
         kw["bias_shape"] = full
     if "alignment" in row:
         kw["alignment"] = row["alignment"]
+    if "past" in row:
+        kw["past_valid"] = row["past"] == "per_item_lengths"
     way = row.get("empty_by")
     if way == "mask":
         kw.update(mask_shape=full, fully_masked_rows=True)
@@ -194,7 +202,7 @@ def row_spec(clause: str, row: Mapping[str, str], *, shape=None, seed: int = 0,
     whose condition depends on random arrays, e.g. segment ids that leave a query alone).
     Raises ValueError when none of :data:`SEED_TRIES` seeds does (a declaration no case meets)."""
     space = SPACES[clause]
-    shape = shape or _shape_for(row.get("lengths", "L_q=L_k"))
+    shape = shape or _shape_for(row.get("lengths", "L_q=L_k"), past=space.fixed.get("past_len", 0))
     base = CaseSpec(**shape._asdict(), self_attention=False, **{**space.fixed, **rest},
                     **_fields(row, shape))
     want = {k: v for k, v in row.items() if k != "op"}
@@ -226,7 +234,7 @@ def specs(draw, clause: str) -> CaseSpec:
     space = SPACES[clause]
     dims = tuple(d for d in space.dimensions if d != "op")
     row = draw(st.sampled_from(_rows(space, dims)))
-    shape = _shape_for(row.get("lengths", "L_q=L_k"), draw)
+    shape = _shape_for(row.get("lengths", "L_q=L_k"), draw, space.fixed.get("past_len", 0))
     return row_spec(clause, row, shape=shape, seed=draw(st.integers(0, 2**16)),
                     use_bias=draw(st.booleans()), logit_scale=draw(st.sampled_from((1.0, 10.0))))
 
@@ -276,7 +284,9 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...]) -> list[dict[s
     base = {"op": op, "lengths": order_of(spec.len_q, features.key_length(spec)),
             "bias": "none" if spec.bias_shape is None else "finite",
             "alignment": spec.alignment or spec.causal
-            or ("bottom_right" if spec.past_len is not None else "none")}
+            or ("bottom_right" if spec.past_len is not None else "none"),
+            "past": "none" if spec.past_len is None
+            else "per_item_lengths" if spec.past_valid else "all_valid"}
     ways = _ways_emptied(spec) if "empty_by" in dimensions else ("none",)
     return [{d: {**base, "empty_by": w}[d] for d in dimensions} for w in ways or ("none",)]
 
@@ -387,11 +397,18 @@ def audit_table(results, clause_ids, capabilities: Mapping[str, frozenset]) -> s
             shown.append(f"{d}: " + ", ".join(v if v in every else f"{v} (not every cell)"
                                                for v in values) if values else f"{d}: -")
         missed = sorted({m for key, ms in gaps.items() if key[3] == clause for m in ms})
+        if clause not in SPACES and any(cells.values()):  # observed: orderings no case had
+            seen = {row.get("lengths") for rows in cells.values() for row in rows}
+            missed = [f"lengths={v} (not required)" for v in LENGTH_ORDERS if v not in seen]
         lines.append(f"| {clause} | {', '.join(dims)} | {'yes' if clause in SPACES else 'no'} | "
-                     f"{'; '.join(shown) if cells else 'did not run'} | "
+                     f"{'; '.join(shown) if any(cells.values()) else _silent(cells)} | "
                      f"{len(covering_rows(clause)) if clause in SPACES else '-'} | "
                      f"{', '.join(missed) or '-'} |")
     return "\n".join(lines) + "\n"
+
+
+def _silent(cells) -> str:
+    return "ran, no case through the harness (direct calls)" if cells else "did not run"
 
 
 def main(argv=None) -> int:

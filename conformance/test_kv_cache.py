@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("kv_cache")
@@ -33,6 +33,7 @@ def test_past_is_prepended_and_the_present_cache_returned(impl, op, spec):
 
 @pytest.mark.clause("CACHE-2")
 @pytest.mark.requires("causal")
+@conditions.cover("CACHE-2")
 @given(spec=feature_specs(require=("cache",), allow=("window", "alibi", "softcap"), masks=True,
                           causal=True).map(lambda s: s._replace(causal="bottom_right")))
 def test_query_i_sits_at_past_length_plus_i(impl, op, spec):

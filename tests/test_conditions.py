@@ -56,7 +56,8 @@ REFS = {"numpy-batched": "numpy-batched", "oracle-reference": "oracle_backend:OR
 def masking_run(tmp_path_factory) -> list[dict]:
     """The chapters with declared spaces in the ci examples (triage: ci without shrinking)."""
     return run_suite(tmp_path_factory.mktemp("conditions"), list(REFS.values()),
-                     "-k", "test_masking or test_window or test_alibi", "--mhaspec-partial")
+                     "-k", "test_masking or test_window or test_alibi or test_kv_cache",
+                     "--mhaspec-partial")
 
 
 def test_a_ci_run_covers_every_declared_space_in_every_cell(masking_run):
