@@ -30,6 +30,8 @@ yet and are listed as such by ``mhaspec conditions``):
 * CACHE-2: with a cache the diagonal sits at the past length, per batch item when the cache is
   partly valid; decoding (one new query after the cache) is the commonest call of all: every
   ordering of L_q and L_K with a full and a partly valid cache, in each operation.
+* MASK-8: every combination of the boolean masks and the bias: a mask and key padding with
+  causal in either alignment, with and without a bias, in every ordering and operation.
 * MASK-9: a row's allowed set empties by a boolean mask, bottom-right causal (L_q > L_k), key
   padding (a batch item padded throughout), a window (L_q > L_k), segment ids, sequence lengths,
   or a -inf bias; each with and without a finite bias (libraries that merge the masks into the
@@ -67,6 +69,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "bias": ("none", "finite"),
     "alignment": ("top_left", "bottom_right"),
     "past": ("all_valid", "per_item_lengths"),
+    "causal": ("top_left", "bottom_right"),
 }
 
 #: (dimension, value) -> the capability a case with it needs (others: the clause's own)
@@ -101,6 +104,7 @@ class Space(NamedTuple):
 SPACES: dict[str, Space] = {
     "MASK-6": Space(("op", "lengths"), {"causal": "top_left"}),
     "MASK-7": Space(("op", "lengths"), {"causal": "bottom_right"}),
+    "MASK-8": Space(("op", "lengths", "causal", "bias"), {"key_padding": True}),
     "MASK-9": Space(("op", "empty_by", "bias", "lengths"), {}, _empties_a_row),
     "WIN-1": Space(("op", "lengths", "alignment"), {"window": (1, 0)}),
     "ALIBI-1": Space(("op", "lengths", "alignment"), {"alibi": "geometric"}),
@@ -170,6 +174,8 @@ def _fields(row: Mapping[str, str], shape) -> dict:
         kw["bias_shape"] = full
     if "alignment" in row:
         kw["alignment"] = row["alignment"]
+    if "causal" in row:  # with a boolean mask and key padding (MASK-8's combination)
+        kw.update(causal=row["causal"], mask_shape=full)
     if "past" in row:
         kw["past_valid"] = row["past"] == "per_item_lengths"
     way = row.get("empty_by")
@@ -289,6 +295,7 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...]) -> list[dict[s
             "bias": "none" if spec.bias_shape is None else "finite",
             "alignment": spec.alignment or spec.causal
             or ("bottom_right" if spec.past_len is not None else "none"),
+            "causal": spec.causal or "none",
             "past": "none" if spec.past_len is None
             else "per_item_lengths" if spec.past_valid else "all_valid"}
     ways = _ways_emptied(spec) if "empty_by" in dimensions else ("none",)

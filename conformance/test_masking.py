@@ -132,6 +132,7 @@ def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(impl, op, spec):
 
 @pytest.mark.clause("MASK-8")
 @pytest.mark.requires("causal")
+@conditions.cover("MASK-8")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_masks_combine_by_and_and_bias_adds(impl, op, spec):
     case = impl.case(spec, op)
