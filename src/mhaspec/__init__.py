@@ -6,11 +6,21 @@ Subpackages, innermost first (``[tool.setuptools] package-dir`` maps each to its
 layer never imports an outer one): ``mhaspec.spec`` in ``spec/`` (clauses and the float64 oracle),
 ``mhaspec.backends`` in ``backends/`` (reference implementations and the backend protocol),
 ``mhaspec.conformance`` in ``conformance/`` (the pytest plugin and tests).
+
+``__version__`` is the version of the code that runs: pyproject.toml reads it from here, so the
+installed metadata can only disagree with it when an editable install predates a version change
+(:func:`installed_version`; ``mhaspec certify`` refuses to run then).
 """
 
-from importlib.metadata import PackageNotFoundError, version
+#: The suite's version (pyproject.toml's ``[tool.setuptools.dynamic]`` reads it from here).
+__version__ = "1.2.0"
 
-try:
-    __version__ = version("mhaspec")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0+unknown"
+
+def installed_version() -> str | None:
+    """The version the installed package metadata records (None when mhaspec is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mhaspec")
+    except PackageNotFoundError:
+        return None

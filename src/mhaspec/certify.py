@@ -25,7 +25,7 @@ import random
 import re
 import time
 
-from mhaspec import __version__, certificate, runner
+from mhaspec import __version__, certificate, installed_version, runner
 from mhaspec.usage import UsageError, load_backend, printable, writable_dir, writable_file
 
 DEFAULT_PROFILE = "certify"
@@ -140,6 +140,18 @@ def declared_deviations(backend, claimed: dict[str, list[str]]) -> dict[str, str
     return dict(sorted(out.items()))
 
 
+def check_suite_version(installed: str | None = None) -> str:
+    """The suite version a certificate records: that of the code that runs (``mhaspec.__version__``).
+    A :class:`UsageError` when the installed package metadata (``installed``, default: read now)
+    names another version, as an editable install made before a version change does."""
+    installed = installed_version() if installed is None else installed
+    if installed is not None and installed != __version__:
+        raise UsageError(f"the mhaspec code that runs is version {__version__} but its installed "
+                         f"metadata says {printable(installed)}: reinstall it (pip install -e . in "
+                         f"the checkout) so that the certificate names the suite that ran")
+    return __version__
+
+
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
             call_timeout: float | None = None) -> int:
@@ -147,6 +159,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     from mhaspec.conformance import verdicts
     from mhaspec.spec import load as load_spec
 
+    suite_version = check_suite_version()
     backend = load_backend(ref)
     paths = output_paths(output_dir, backend.name)
     check_not_another_backends(paths["json"], ref)
@@ -173,7 +186,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     body = {
         "schema": certificate.SCHEMA_ID,
         "spec": {"name": spec.name, "version": spec.version, "status": spec.status},
-        "suite": {"version": __version__, "git_commit": certificate.git_commit()},
+        "suite": {"version": suite_version, "git_commit": certificate.git_commit()},
         "backend": {"ref": ref, "name": backend.name, "framework": backend.framework,
                     "framework_version": str(backend.framework_version()),
                     "protocol_version": int(getattr(backend, "protocol_version", 1)),
