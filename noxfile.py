@@ -1,9 +1,11 @@
 """Sessions for mhaspec. ``nox -l`` lists them; arguments after ``--`` reach the command run.
 
 One helper (:func:`install`) installs the project with the frameworks a session needs. PyTorch is
-installed as the CPU build (``MHASPEC_TORCH``, default ``torch==2.13.0``): an unpinned ``torch`` on
-PyPI is a multi-GB CUDA build. ``MHASPEC_TORCH`` and ``MHASPEC_JAX`` are pip arguments (split like
-a shell), e.g. a CUDA build for the GPU cells: ``MHASPEC_JAX="jax[cuda13]"``.
+``MHASPEC_TORCH``, default ``torch==2.13.0``: a pin selects the version, not the build, and from
+PyPI on Linux x86-64 that is the CUDA-bundled wheel (several GB). PyTorch's own wheel index selects
+the build: ``MHASPEC_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"`` for
+the CPU-only one. ``MHASPEC_TORCH`` and ``MHASPEC_JAX`` are pip arguments (split like a shell),
+e.g. a CUDA build for the GPU cells: ``MHASPEC_JAX="jax[cuda13]"``.
 
 The conformance sessions run one pytest-xdist worker per core (``-n auto``) unless the arguments
 choose (``-- -n 2``, ``-- -n 0`` for one process), and each worker then computes on one thread. The
@@ -96,18 +98,21 @@ def parallel(posargs: list[str]) -> tuple[list[str], dict[str, str]]:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The project's own tests with every framework, the Flax and Hugging Face extras and the
-    citation validator installed (native-op adapters, JAX compile budget, oracle vs mpmath, spec
-    data, CITATION.cff, broken backends rejected); GPU tests skip without a GPU, the browser check
-    without Chromium (the ``docs_browser`` session requires it)."""
+    """The project's own tests (pytest on tests/), every framework and extra installed.
+
+    With the Flax and Hugging Face extras and the citation validator (native-op adapters, JAX
+    compile budget, oracle vs mpmath, spec data, CITATION.cff, broken backends rejected); GPU tests
+    skip without a GPU, the browser check without Chromium (the ``docs_browser`` session requires
+    it)."""
     install(session, *FRAMEWORKS, *ECOSYSTEM, groups=("test", "docs", "bench"))
     session.run("pytest", *session.posargs)
 
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """Run the conformance suite (ci profile) against every in-repo backend on this machine, one
-    pytest-xdist worker per core (``-- -n 0`` for one process)."""
+    """The conformance suite (ci profile) on every in-repo backend this machine can run.
+
+    One pytest-xdist worker per core (``-- -n 0`` for one process)."""
     install(session, *FRAMEWORKS)
     run_suite(session)
 
@@ -116,7 +121,8 @@ def conformance(session: nox.Session) -> None:
 @nox.parametrize("framework", ["numpy", "torch", "jax", "tensorflow", "onnxruntime", "flax",
                                "transformers"])
 def conformance_framework(session: nox.Session, framework: str) -> None:
-    """The conformance suite for one framework's backends (the CI matrix runs one per job):
+    """The conformance suite on one framework's backends (the CI matrix runs one per job).
+
     "torch" includes the per-kernel SDPA and FlexAttention adapters, "flax" the Flax module and
     "transformers" the Hugging Face BERT attention."""
     extras = {"numpy": (), "torch": ("torch",), "jax": ("jax",), "tensorflow": ("tensorflow",),
@@ -128,7 +134,9 @@ def conformance_framework(session: nox.Session, framework: str) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation site into site/ (mkdocs --strict); ``nox -s docs -- serve`` serves it."""
+    """Build the documentation site into site/ (mkdocs --strict).
+
+    ``nox -s docs -- serve`` serves it instead."""
     install(session, groups=("docs",))
     session.run("cffconvert", "--validate", "--infile", "CITATION.cff")
     if session.posargs[:1] == ["serve"]:
@@ -146,7 +154,9 @@ def citation(session: nox.Session) -> None:
 
 @nox.session
 def docs_browser(session: nox.Session) -> None:
-    """Build the site, open the spec page in headless Chromium: typeset math, clause anchors, screenshot."""
+    """Build the site and check the spec page in headless Chromium.
+
+    Typeset math, clause anchors, a screenshot."""
     install(session, groups=("test", "docs"))
     session.run("mkdocs", "build", "--strict")
     session.run("pytest", "tests/test_docs_browser.py", "-p", "no:cacheprovider", "-rs",
@@ -155,18 +165,22 @@ def docs_browser(session: nox.Session) -> None:
 
 @nox.session(tags=["bench"], default=False)
 def bench(session: nox.Session) -> None:
-    """Time and peak memory of every in-repo backend and PyTorch's fused references (CPU, float32):
-    the source's size and a sweep of L. Writes results/bench/ and docs/generated/bench.{md,png};
-    ``nox -s bench -- --quick`` for a short run, ``-- --help`` for the options."""
+    """Time and peak memory of the in-repo backends, side by side (mhaspec bench).
+
+    Every in-repo backend and PyTorch's fused references (CPU, float32): the source's size and a
+    sweep of L. Writes results/bench/ and docs/generated/bench.{md,png}; ``nox -s bench -- --quick``
+    for a short run, ``-- --help`` for the options."""
     install(session, "torch", "jax", "tensorflow", groups=("bench",))
     session.run("mhaspec", "bench", *session.posargs)
 
 
 @nox.session(default=False)
 def certify(session: nox.Session) -> None:
-    """Certify backends: ``nox -s certify -- NAME|module:attr [mhaspec certify options] [-- pytest
-    args]`` certifies one; with no arguments, every in-repo backend with the ci profile into
-    certificates/, each then checked with ``mhaspec verify``. Fails if one does not conform."""
+    """Certify one backend, or every in-repo backend (ci profile) into certificates/.
+
+    ``nox -s certify -- NAME|module:attr [mhaspec certify options] [-- pytest args]`` certifies one;
+    with no arguments, every in-repo backend with the ci profile into certificates/, each then
+    checked with ``mhaspec verify``. Fails if one does not conform."""
     install(session, *FRAMEWORKS, *ECOSYSTEM)
     if session.posargs:
         session.run("mhaspec", "certify", *session.posargs)
@@ -187,7 +201,9 @@ def certify(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
-    """Run the conformance suite (ci profile) on every registered backend and render
+    """Render docs/generated/matrix.md from a ci run on every registered backend.
+
+    The conformance suite (ci profile) on every registered backend, rendered into
     docs/generated/matrix.md: results by chapter and pairwise agreement. Arguments after ``--`` go
     to ``mhaspec matrix`` (e.g. ``--dtypes float64,float32``)."""
     install(session, *FRAMEWORKS, *ECOSYSTEM)
@@ -196,23 +212,27 @@ def matrix(session: nox.Session) -> None:
 
 @nox.session(tags=["soak"], default=False)
 def soak(session: nox.Session) -> None:
-    """Run the conformance suite (certify profile) repeatedly on clean backends, one backend and
-    one fresh random Hypothesis seed per round, within ``MHASPEC_SOAK_SECONDS`` (default 3600) or
-    until every backend x dtype has run 20,000 Hypothesis examples; prints examples, backend calls
-    and failures per backend x dtype and writes results/soak/summary.json. Arguments after ``--``
-    go to ``mhaspec soak`` (e.g. ``--backend numpy-batched --seconds 600 --examples
-    50000``, or ``--jobs 2 --per-test 250`` for two rounds at a time, 250 examples per test)."""
+    """Run the conformance suite for hours and collect rare failures (mhaspec soak).
+
+    The certify profile, repeatedly on clean backends, one backend and one fresh random Hypothesis
+    seed per round, within ``MHASPEC_SOAK_SECONDS`` (default 3600) or until every backend x dtype
+    has run 20,000 Hypothesis examples; prints examples, backend calls and failures per backend x
+    dtype and writes results/soak/summary.json. Arguments after ``--`` go to ``mhaspec soak`` (e.g.
+    ``--backend numpy-batched --seconds 600 --examples 50000``, or ``--jobs 2 --per-test 250`` for
+    two rounds at a time, 250 examples per test)."""
     install(session, "torch", "jax", "tensorflow")
     session.run("mhaspec", "soak", *session.posargs)
 
 
 @nox.session(default=False)
 def mutation(session: nox.Session) -> None:
-    """Mutation testing of the NumPy backend (``backends/np_backend.py`` and the shared algorithms
-    in ``backends/_generic.py``) with mutmut 2: each mutant is killed when the conformance suite
-    on numpy-batched and numpy-perhead (triage profile, stop at the first failure) fails. mutmut
-    edits the files in place and restores them; run it on a clean checkout. ``mutmut results`` and
-    ``mutmut show N`` then list the survivors (docs: mutation testing)."""
+    """Mutation testing of the NumPy backend with mutmut 2.
+
+    ``backends/np_backend.py`` and the shared algorithms in ``backends/_generic.py``: each mutant is
+    killed when the conformance suite on numpy-batched and numpy-perhead (triage profile, stop at
+    the first failure) fails. mutmut edits the files in place and restores them; run it on a clean
+    checkout. ``mutmut results`` and ``mutmut show N`` then list the survivors (docs: mutation
+    testing)."""
     install(session)
     session.install("mutmut<3")
     runner = ("sh -c 'python -m pytest --pyargs mhaspec.conformance --backend numpy-batched "

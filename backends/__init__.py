@@ -11,7 +11,11 @@ Backends are named ``module:attr`` or by the name they are registered under in t
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import os
+import pathlib
+import sys
 from importlib.metadata import entry_points
 
 from ._base import (ALL_DTYPES, CAPABILITIES, FEATURE_ARGUMENTS, OPTIONAL_CAPABILITIES,
@@ -38,15 +42,25 @@ def registered_backends() -> dict[str, str]:
 
 
 def load_backend(ref: str):
-    """Load a backend from ``module:attr`` or a registered name; checks the protocol's members."""
-    target = registered_backends().get(ref, ref)
+    """Load a backend from ``module:attr`` or a registered name; checks the protocol's members.
+
+    A ``module:attr`` whose module is a file or package in the current folder is imported from
+    there, as ``python -m`` would (the folder is appended to ``sys.path``, so it shadows nothing
+    installed); a name that is neither registered nor ``module:attr`` gets the closest registered
+    names."""
+    registered = registered_backends()
+    target = registered.get(ref, ref)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
-        raise BackendLoadError(f"backend {ref!r} is neither a registered name nor 'module:attr'")
+        near = difflib.get_close_matches(ref, registered, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise BackendLoadError(f"backend {ref!r} is neither a registered name nor 'module:attr' "
+                               f"({hint}mhaspec backends lists the registered names)")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_from_here(module_name, local=ref not in registered)
     except ImportError as exc:
-        raise BackendLoadError(f"backend {ref!r}: cannot import module {module_name!r}: {exc}") from exc
+        raise BackendLoadError(f"backend {ref!r}: cannot import module {module_name!r}: "
+                               f"{exc}{_import_hint(exc, module_name)}") from exc
     obj = module
     for part in attr.split("."):
         try:
@@ -63,3 +77,32 @@ def load_backend(ref: str):
     if unknown:
         raise BackendLoadError(f"backend {ref!r} claims unknown capabilities: {sorted(unknown)}")
     return obj
+
+
+def _import_from_here(module_name: str, *, local: bool):
+    """``module_name`` imported; when ``local`` and it is not found on ``sys.path`` but lies in
+    the current folder (``NAME.py`` or ``NAME/``), imported from there."""
+    top = module_name.split(".")[0]
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = pathlib.Path.cwd()
+        if not (local and exc.name == top and os.getcwd() not in sys.path
+                and ((here / f"{top}.py").is_file() or (here / top).is_dir())):
+            raise
+    sys.path.append(os.getcwd())
+    return importlib.import_module(module_name)
+
+
+def _import_hint(exc: ImportError, module_name: str) -> str:
+    """What to do about a failed import: the extra that installs a missing framework, or where a
+    ``module:attr`` module is looked for."""
+    from .optional import install_line
+
+    missing = getattr(exc, "name", None)
+    if missing and install_line(missing):
+        return f" ({install_line(missing)})"
+    if missing and missing == module_name.split(".")[0]:
+        return (f" (a module:attr backend is imported from the Python path or the current folder: "
+                f"run in the folder that holds {missing}.py, or add its folder to PYTHONPATH)")
+    return ""

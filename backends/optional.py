@@ -11,6 +11,19 @@ from __future__ import annotations
 import importlib.util
 
 
+#: Top-level module of a framework (or of the tools' plots) -> the extra of mhaspec installing it.
+EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "tensorflow": "tensorflow",
+          "keras": "tensorflow", "onnx": "onnx", "onnxruntime": "onnx", "flax": "flax",
+          "transformers": "hf", "matplotlib": "plots"}
+
+
+def install_line(module: str) -> str | None:
+    """``pip install 'mhaspec[EXTRA]'`` for a missing framework ``module`` (``jax.numpy``: its top
+    level), or None when no extra installs it."""
+    extra = EXTRAS.get(module.split(".")[0])
+    return f"pip install 'mhaspec[{extra}]'" if extra else None
+
+
 def installed(module: str) -> bool:
     """Whether ``module`` can be imported, without importing it."""
     try:

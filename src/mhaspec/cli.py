@@ -21,8 +21,8 @@ import pathlib
 import sys
 
 from mhaspec import __version__, certificate, coverage
-from mhaspec.usage import (ArgumentParser, UsageError, load_backend, one_line, printable,
-                           read_bounded)
+from mhaspec.usage import (ArgumentParser, UsageError, install_hint, load_backend, one_line,
+                           printable, read_bounded)
 
 #: ``mhaspec <command>`` -> (module whose ``main(argv) -> int`` runs it, one-line help). Imported
 #: only when the command runs, so one tool's missing optional dependency is that tool's error.
@@ -135,16 +135,22 @@ def cmd_backends(args) -> int:
     from mhaspec.backends import registered_backends
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up log, not a reason
-    for name, target in sorted(registered_backends().items()):
+    rows = sorted(registered_backends().items())
+    name_width = max((len(printable(n)) for n, _ in rows), default=0)
+    target_width = max((len(printable(t)) for _, t in rows), default=0)
+    for name, target in rows:
         try:
             backend = load_backend(name)
-            devices = {d: list(backend.dtypes(d)) for d, why in backend.devices().items() if why is None}
-            state = "available " + "; ".join(f"{d}: {', '.join(t)}" for d, t in devices.items())
+            offered = backend.devices()
+            devices = {d: list(backend.dtypes(d)) for d, why in offered.items() if why is None}
+            state = ("available " + "; ".join(f"{d}: {', '.join(t)}" for d, t in devices.items())
+                     if devices else "unavailable: " + "; ".join(f"{d}: {printable(why, limit=80)}"
+                                                                  for d, why in offered.items()))
         except UsageError as exc:
             state = f"unavailable: {printable(exc, limit=160)}"
         except Exception as exc:  # noqa: BLE001 - devices() or dtypes() of a broken backend
             state = f"unavailable: {type(exc).__name__}: {printable(one_line(exc), limit=160)}"
-        print(f"{printable(name):16} {printable(target):44} {state}")
+        print(f"{printable(name):{name_width}}  {printable(target):{target_width}}  {state}")
     return 0
 
 
@@ -161,16 +167,36 @@ def _byte_count(text: str) -> int:
 def parser() -> argparse.ArgumentParser:
     from mhaspec.conformance.failure_file import DEFAULT_MAX_BYTES
 
-    p = ArgumentParser(prog="mhaspec", description="The command line of the mhaspec conformance suite.")
+    p = ArgumentParser(prog="mhaspec", description="The command line of the mhaspec conformance suite.",
+                       epilog="exit status: 0 success (certify: the backend conforms), 1 the "
+                              "backend does not conform or a replayed case still fails, 2 bad "
+                              "usage or input (one line on stderr). mhaspec COMMAND --help "
+                              "describes each command.")
     p.add_argument("--version", action="version", version=f"mhaspec {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    c = sub.add_parser("certify", help="run the suite on a backend and write a certificate")
-    c.add_argument("backend", help="registered backend name or module:attr")
-    c.add_argument("--profile", default="certify", choices=["dev", "ci", "certify"])
-    c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random)")
+    c = sub.add_parser("certify", help="run the suite on a backend and write a certificate",
+                       description="Run the whole conformance suite on one backend, in this "
+                                   "process, and write its certificate: NAME.json (what ran and "
+                                   "the verdict of every clause) and its rendering NAME.md, and "
+                                   "every failing case as NAME-failures/<test>.npz for mhaspec "
+                                   "replay.",
+                       epilog="exit status: 0 the backend conforms (every claimed clause passes "
+                              "or is a declared deviation), 1 it does not, 2 bad usage (one line "
+                              "on stderr). The default --output-dir certificates/ is in "
+                              ".gitignore; mhaspec scoreboard reads the published certificates "
+                              "in docs/certificates/.")
+    c.add_argument("backend", metavar="NAME|module:attr",
+                   help="a registered backend name (mhaspec backends lists them) or module:attr, "
+                        "the module found on the Python path or in the current folder")
+    c.add_argument("--profile", default="certify", choices=["dev", "ci", "certify"],
+                   help="Hypothesis profile: certify (default) 100 examples per test, random "
+                        "seed; ci the fixed derandomized examples CI runs, faster; dev a quick "
+                        "random look")
+    c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random, "
+                                                          "recorded in the certificate)")
     c.add_argument("--output-dir", default="certificates",
-                   help="where to write NAME.json, NAME.md and NAME-failures/ (NAME: the backend's "
-                        "name reduced to a safe file name)")
+                   help="where to write NAME.json, NAME.md and NAME-failures/ (default: "
+                        "certificates; NAME: the backend's name reduced to a safe file name)")
     c.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
                    help="time limit of every backend call; past it the test fails (default: the "
                         "suite's, 60 s); recorded in the certificate")
@@ -214,9 +240,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--max-bytes", type=_byte_count, default=DEFAULT_MAX_BYTES,
                    help=f"largest total size of the file's arrays (default {DEFAULT_MAX_BYTES})")
     r.set_defaults(func=cmd_replay)
-    b = sub.add_parser("backends", help="list registered backends and whether each is available")
+    b = sub.add_parser("backends", help="list registered backends and whether each is available",
+                       description="List the backends registered in the mhaspec.backends "
+                                   "entry-point group: name, module:attr, and either the devices "
+                                   "and dtypes it offers here or why it is unavailable (with the "
+                                   "install line when its framework is missing).",
+                       epilog="exit status: 0")
     b.set_defaults(func=cmd_backends)
-    for name, (_, text) in TOOLS.items():
+    for name, (_, text) in TOOLS.items():  # their own --help describes them
         sub.add_parser(name, help=f"{text} (mhaspec {name} --help)", add_help=False)
     return p
 
@@ -229,7 +260,7 @@ def run_tool(name: str, argv: list[str]) -> int:
         return int(main_of(argv) or 0)
     except ModuleNotFoundError as exc:
         raise UsageError(f"mhaspec {name} needs the module {exc.name!r}, which is not "
-                         f"installed") from None
+                         f"installed{install_hint(exc.name)}") from None
     except AttributeError:
         raise UsageError(f"mhaspec {name}: {module_name} has no main(argv)") from None
 

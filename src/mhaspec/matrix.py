@@ -225,11 +225,14 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
 def main(argv: list[str] | None = None) -> int:
     parser = usage.ArgumentParser(prog="mhaspec matrix",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT,
+                        help=f"Markdown page to write (default {DEFAULT_OUT})")
     parser.add_argument("--report", type=pathlib.Path, default=None,
                         help="render this existing --mhaspec-report JSON instead of running")
     parser.add_argument("--dtypes", default=None, help="only these dtypes, e.g. float64,float32")
-    parser.add_argument("--profile", default="ci")
+    parser.add_argument("--profile", default="ci", choices=["dev", "ci", "certify", "triage"],
+                        help="Hypothesis profile of the run (default ci: the fixed derandomized "
+                             "examples)")
     parser.add_argument("--backend", action="append", default=[],
                         help="only these backends (default: every registered backend)")
     args, extra = parser.parse_known_args(argv)

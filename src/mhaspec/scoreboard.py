@@ -318,9 +318,13 @@ def certifiable() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = usage.ArgumentParser(prog="mhaspec scoreboard", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--certificates", type=pathlib.Path, default=DEFAULT_DIR)
-    parser.add_argument("--page", type=pathlib.Path, default=DEFAULT_PAGE)
-    parser.add_argument("--image", type=pathlib.Path, default=DEFAULT_IMAGE)
+    parser.add_argument("--certificates", type=pathlib.Path, default=DEFAULT_DIR,
+                        help=f"folder of the published certificates to read (default {DEFAULT_DIR}; "
+                             f"mhaspec certify writes to certificates/ unless --output-dir says)")
+    parser.add_argument("--page", type=pathlib.Path, default=DEFAULT_PAGE,
+                        help=f"page whose scoreboard markers are filled (default {DEFAULT_PAGE})")
+    parser.add_argument("--image", type=pathlib.Path, default=DEFAULT_IMAGE,
+                        help=f"image of the grid to write (default {DEFAULT_IMAGE})")
     parser.add_argument("--certify", nargs="+", default=[], metavar="NAME",
                         help="certify these backends first (ci profile); 'all': every one that "
                              "runs here")

@@ -82,11 +82,13 @@ def plot(points: dict, out: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = usage.ArgumentParser(prog="mhaspec tolerance-study", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=usage.at_least(1), default=40)
+    ap.add_argument("--cases", type=usage.at_least(1), default=40,
+                    help="random cases per backend and dtype (default 40)")
     ap.add_argument("--backend", action="append", default=None,
                     help="backend to measure (repeatable; default: every registered *-batched backend)")
     ap.add_argument("--device", default="cpu", help="device to run the backends on (cpu, cuda)")
-    ap.add_argument("--out", default="docs/generated/tolerance.png")
+    ap.add_argument("--out", default="docs/generated/tolerance.png",
+                    help="image of the ratios to write (default docs/generated/tolerance.png)")
     args = ap.parse_args(argv)
     default = [n for n in sorted(registered_backends()) if n.endswith("-batched")]
     for ref in args.backend or ():

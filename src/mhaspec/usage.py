@@ -103,10 +103,21 @@ def load_backend(ref: str):
                          f"{printable(one_line(exc))}") from None
     try:
         str(backend.framework_version())
+    except ImportError as exc:
+        raise UsageError(f"backend {printable(ref)} needs {printable(exc.name or exc)}, which is "
+                         f"not installed{install_hint(exc.name)}") from None
     except Exception as exc:  # noqa: BLE001
         raise UsageError(f"backend {printable(ref)}: framework_version() raised "
                          f"{type(exc).__name__}: {printable(one_line(exc))}") from None
     return backend
+
+
+def install_hint(module: str | None) -> str:
+    """``": pip install 'mhaspec[EXTRA]'"`` for a missing ``module`` an extra installs, else ""."""
+    from mhaspec.backends.optional import install_line
+
+    line = install_line(module) if module else None
+    return f": {line}" if line else ""
 
 
 def writable_dir(path) -> pathlib.Path:
