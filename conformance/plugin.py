@@ -51,7 +51,8 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import clause_capabilities, conditions, harness, scheduling, strategies, tolerance, verdicts
+from . import (clause_capabilities, conditions, diagnosis, harness, scheduling, strategies,
+               tolerance, verdicts)
 
 NOT_IMPLEMENTED = "not implemented"
 OPS = harness.OPS
@@ -69,9 +70,11 @@ PROFILES = {
     "triage": dict(max_examples=8, derandomize=True, database=None,
                    phases=[Phase.explicit, Phase.reuse, Phase.generate]),
 }
+# print_blob off: Hypothesis's "add @reproduce_failure to your test" cannot apply to a test in an
+# installed suite; each failure message carries its own reproducer (replay code, mhaspec replay)
 for _name, _kw in PROFILES.items():
     settings.register_profile(
-        f"mhaspec-{_name}", deadline=None, print_blob=True,
+        f"mhaspec-{_name}", deadline=None, print_blob=False,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], **_kw)
 
 CONFORMANCE_DIR = pathlib.Path(__file__).parent
@@ -361,10 +364,11 @@ def pytest_cmdline_main(config: pytest.Config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
-    """Order the items cell by cell (:func:`scheduling.by_cell`). Every testable clause must be
-    named by a test when the whole suite is collected; when only part of it is, the clauses no
+    """Order the items cell by cell, by spec clause within a cell (:func:`scheduling.by_cell`).
+    Every testable clause must be named by a test when the whole suite is collected; when only part of it is, the clauses no
     collected test names are recorded as not run."""
-    items[:] = scheduling.by_cell(items, [b.name for b in config.stash.get(BACKENDS_KEY, [])])
+    items[:] = scheduling.by_cell(items, [b.name for b in config.stash.get(BACKENDS_KEY, [])],
+                                  [c.id for c in load_spec().clauses])
     if not any(_record(item) for item in items):
         return
     _check_clause_tags(items)
@@ -524,6 +528,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             info["conditions"] = conditions.ran(item, record["clauses"])
             info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims)
         if report.when == "call" and report.failed:
+            report.sections.append(("mhaspec: the clause", clause_lines(record["clauses"])))
             info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
             info["failure"] = getattr(item, "mhaspec_failure", None)
             info["shrunk"] = getattr(item, "mhaspec_shrink", None)
@@ -540,6 +545,30 @@ def _validated_by_adapter(backend, clauses: list[str]) -> list[str]:
     if set(clauses) & set(getattr(backend, "library_validates", ())):
         return []
     return sorted(set(clauses) & set(getattr(backend, "validated_clauses", ())))
+
+
+def _write_diagnoses(tr, config: pytest.Config, failed: set[str]) -> None:
+    """A line per failing backend that a cheap differential check explains
+    (:func:`diagnosis.diagnose`), e.g. "agrees with the oracle at scale = 1"."""
+    for backend in config.stash.get(BACKENDS_KEY, []):
+        if backend.name in failed:
+            try:
+                found = diagnosis.diagnose(backend)
+            except Exception as exc:  # noqa: BLE001 - a diagnosis is a hint, never a crash
+                found = f"(no diagnosis: the checks raised {type(exc).__name__})"
+            if found:
+                tr.write_line(f"{backend.name}: diagnosis: {found}")
+
+
+def clause_lines(clause_ids) -> str:
+    """Each clause a failing test checks, as a reader looks it up: id, title, and the anchor on
+    the site's frozen page of this spec version (``spec/1.2/#SDPA-2``), which keeps its meaning
+    when a later version changes the clause."""
+    spec = load_spec()
+    known = {c.id: c for c in spec.clauses}
+    return "\n".join(f"{spec.name} {spec.version}, clause {cid}: {known[cid].title} "
+                     f"(spec/{spec.version}/#{cid} on the mhaspec site)"
+                     for cid in clause_ids if cid in known)
 
 
 def _crash(report: pytest.TestReport) -> str:
@@ -603,7 +632,9 @@ def _progress(config: pytest.Config, collector: Collector, backend: str) -> None
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is None:
         return
-    tr.ensure_newline()
+    tw = getattr(tr, "_tw", None)  # -q writes its dots with no file name, so ensure_newline()
+    if tw is not None and tw.width_of_current_line:  # alone would glue the line onto them
+        tr.write("\n")
     tr.write_line(f"mhaspec progress: {backend} {done}/{total or '?'} tests, "
                   f"{now - collector.started:.1f} s elapsed")
 
@@ -657,7 +688,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         line = (f"{b}: {verdict.upper()} - "
                 + ", ".join(f"{counts[k]} {k}" for k in verdicts.SEVERITY if counts[k])
                 + ("; no NUM-3 ratio measured" if worst is None else
-                   f"; worst NUM-3 ratio {worst[0]:.2f} ({worst[1]}, K={tolerance.K:g})")
+                   f"; worst NUM-3 ratio {tolerance.format_ratio(worst[0])} ({worst[1]}, "
+                   f"K={tolerance.K:g})")
                 + "; ran on " + (", ".join(f"{d}/{t}" for d, t in combos) or "nothing")
                 + f"; {collector.seconds.get(b, 0.0):.1f} s in its tests")
         if gaps:
@@ -668,6 +700,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     groups = verdicts.failure_groups(results)
     if groups:
         tr.section("mhaspec failures by likely cause")
+        _write_diagnoses(tr, config, {r["backend"] for r in results if r["outcome"] == "fail"})
         for g in groups:
             tr.write_line(verdicts.describe_group(g))
     path = config.getoption("--mhaspec-report")

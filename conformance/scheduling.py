@@ -2,10 +2,10 @@
 
 A cell is one backend on one device in one dtype (:class:`~mhaspec.conformance.harness.Impl`).
 pytest collects test by test, each test over every cell; :func:`by_cell` reorders the items
-cell by cell (backends in the run's order, each backend's cells together, tests in collection
-order within a cell). With pytest-xdist's ``worksteal`` distribution, which :func:`default_dist`
-makes the default when workers are asked for without ``--dist``, each worker starts on one
-contiguous half of that order and an idle worker takes the second half of another's remaining
+cell by cell (backends in the run's order, each backend's cells together, and within a cell the
+tests in the order of their clauses in the spec, collection order among equals). With
+pytest-xdist's ``worksteal`` distribution, which :func:`default_dist` makes the default when
+workers are asked for without ``--dist``, each worker starts on one contiguous half of that order and an idle worker takes the second half of another's remaining
 items, so a cell's tests run in one process, in the order they would alone.
 
 Why: eager JAX compiles each operation once per shape and dtype in each process (about 2,000
@@ -19,7 +19,7 @@ what serves the same case in the next cell.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 #: the pytest-xdist distribution used when workers are asked for (``-n``) without ``--dist``
 DEFAULT_DIST = "worksteal"
@@ -33,11 +33,22 @@ def cell_of(item) -> tuple[str, str, str] | None:
     return impl.backend.name, impl.device, impl.dtype
 
 
-def by_cell(items: list, backend_names: list[str]) -> list:
+def clause_rank(item, clause_order: dict[str, int]) -> int:
+    """The place in the spec of the earliest clause ``item`` names (its ``clause`` markers); after
+    every clause when it names none that ``clause_order`` (clause id -> place) knows."""
+    marks = item.iter_markers("clause") if hasattr(item, "iter_markers") else ()
+    return min((clause_order.get(c, len(clause_order)) for m in marks for c in m.args),
+               default=len(clause_order))
+
+
+def by_cell(items: list, backend_names: list[str], clause_ids: Sequence[str] = ()) -> list:
     """``items`` cell by cell: backends in the order of ``backend_names``, each backend's cells in
-    the order they are first collected, items without a cell first; the collection order within
-    each cell. A deterministic reordering (every xdist worker must collect the same order)."""
+    the order they are first collected, items without a cell first; within each cell the order of
+    their clauses in ``clause_ids`` (the spec's order: the first failure of a cell, the one shrunk
+    and printed first, is then of its most basic failing clause), collection order among equals.
+    A deterministic reordering (every xdist worker must collect the same order)."""
     rank = {name: i for i, name in enumerate(backend_names)}
+    clause_order = {c: i for i, c in enumerate(clause_ids)}
     first_seen: dict[Any, int] = {}
     for item in items:
         cell = cell_of(item)
@@ -49,7 +60,8 @@ def by_cell(items: list, backend_names: list[str]) -> list:
         cell = cell_of(item)
         if cell is None:
             return (-1, 0, index)
-        return (rank.get(cell[0], len(rank)), first_seen[cell], index)
+        return (rank.get(cell[0], len(rank)), first_seen[cell], clause_rank(item, clause_order),
+                index)
 
     return [item for _, item in sorted(enumerate(items), key=key)]
 

@@ -221,6 +221,7 @@ def test_values_at_masked_keys_do_not_matter(impl, op, spec):
 
 @pytest.mark.clause("MASK-13")
 @pytest.mark.requires("masks")
+@extremes.EXPECTED_NONFINITE_WARNINGS
 @given(spec=case_specs(masks=True, causal=True).map(lambda s: s._replace(key_padding=True))
        .filter(lambda s: s.len_k > 1),
        value=st.sampled_from(sorted(extremes.NONFINITE)))

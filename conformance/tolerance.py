@@ -42,7 +42,14 @@ class Verdict(NamedTuple):
     def describe(self) -> str:
         loc = "" if self.where is None else f" at index {self.where}"
         return (f"max abs error {self.error:.3e}{loc}, allowed {self.allowed:.3e} "
-                f"(naive-algorithm error {self.ref_error:.3e}, ratio {self.ratio:.2f} vs K={K:g})")
+                f"(naive-algorithm error {self.ref_error:.3e}, ratio {format_ratio(self.ratio)} "
+                f"vs K={K:g})")
+
+
+def format_ratio(ratio: float) -> str:
+    """A NUM-3 ratio for a reader: two decimals up to 1000 (``1.01``), scientific beyond
+    (``1.48e+15``), where the digits before the point say nothing."""
+    return f"{ratio:.2f}" if abs(ratio) < 1000 else f"{ratio:.2e}"
 
 
 def max_abs_error(actual: np.ndarray, expected: np.ndarray) -> tuple[float, tuple[int, ...] | None]:

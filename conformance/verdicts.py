@@ -200,6 +200,14 @@ def count_verdicts(clauses: list[dict]) -> dict[str, int]:
     return dict(sorted(Counter(c["verdict"] for c in clauses).items()))
 
 
+def describe_counts(clauses: list[dict], testable_ids) -> str:
+    """The clause counts in words (``"11 pass, 9 fail, 3 informative"``): a ``not-run`` clause
+    outside ``testable_ids`` is informative, it has no test to run; the others stay "not run"."""
+    counts = Counter("informative" if c["verdict"] == "not-run" and c["id"] not in testable_ids
+                     else c["verdict"].replace("-", " ") for c in clauses)
+    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+
+
 def overall_verdict(clauses: list[dict]) -> str:
     """THE backend verdict from its clause entries.
 

@@ -53,11 +53,18 @@ def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(x), out, x)
 
 
+def _round_to_float16(x) -> np.ndarray:
+    """``x`` rounded to float16 (held in float32); beyond float16's range it becomes inf, as
+    float16 arithmetic does (so NumPy's overflow warning is expected and silenced)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x).astype(np.float16).astype(np.float32)
+
+
 _PRECISIONS: dict[str, tuple[type, Callable[[np.ndarray], np.ndarray]]] = {
     "float64": (np.float64, lambda x: x),
     "float32": (np.float32, lambda x: x),
     "float32-sequential": (np.float32, lambda x: x),
-    "float16": (np.float32, lambda x: np.asarray(x).astype(np.float16).astype(np.float32)),
+    "float16": (np.float32, lambda x: _round_to_float16(x)),
     "bfloat16": (np.float32, round_to_bfloat16),
 }
 

@@ -13,9 +13,13 @@ from mhaspec.conformance import scheduling
 from mhaspec.conformance.harness import Impl
 
 
-def item(test: str, backend: str | None, device: str = "cpu", dtype: str = "float32"):
+def item(test: str, backend: str | None, device: str = "cpu", dtype: str = "float32",
+         clauses: tuple[str, ...] = ()):
     params = {} if backend is None else {"impl": Impl(SimpleNamespace(name=backend), device, dtype)}
-    return SimpleNamespace(name=f"{test}[{backend}-{device}-{dtype}]", callspec=SimpleNamespace(params=params))
+    marks = [SimpleNamespace(args=(c,)) for c in clauses]
+    return SimpleNamespace(name=f"{test}[{backend}-{device}-{dtype}]",
+                           callspec=SimpleNamespace(params=params),
+                           iter_markers=lambda name: marks if name == "clause" else [])
 
 
 def names(items) -> list[str]:
@@ -41,6 +45,13 @@ def test_the_order_is_deterministic_and_a_backend_not_listed_goes_last():
     assert once == names(scheduling.by_cell(list(collected), ["np"]))
     assert once == ["t1[np-cpu-float32]", "t2[np-cpu-float32]",
                     "t1[other-cpu-float32]", "t2[other-cpu-float32]"]
+
+
+def test_within_a_cell_the_tests_follow_the_spec_clause_order():
+    collected = [item("numerics", "np", clauses=("NUM-3",)), item("sdpa", "np", clauses=("SDPA-2",)),
+                 item("untagged", "np"), item("shapes", "np", clauses=("NUM-1", "SHAPE-1"))]
+    ordered = scheduling.by_cell(collected, ["np"], ["SHAPE-1", "SDPA-2", "NUM-1", "NUM-3"])
+    assert [i.name.split("[")[0] for i in ordered] == ["shapes", "sdpa", "numerics", "untagged"]
 
 
 def options(**kw):

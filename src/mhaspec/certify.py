@@ -225,8 +225,8 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     paths["json"].write_text(json.dumps(cert, indent=1, sort_keys=True, allow_nan=False) + "\n", "utf-8")
     paths["markdown"].write_text(certificate.to_markdown(cert), "utf-8")
     print(f"mhaspec certify: {printable(backend.name)} {verdict} "
-          f"({', '.join(f'{v} {k}' for k, v in counts.items())}); {len(results)} tests run, "
-          f"{len(not_run)} not run, {seconds:.1f} s; certificate {paths['json']}")
+          f"(clauses: {verdicts.describe_counts(clauses, spec.testable_ids)}); tests: "
+          f"{len(results)} run, {len(not_run)} not run; {seconds:.1f} s; certificate {paths['json']}")
     return 0 if verdict == verdicts.CONFORMS else 1
 
 

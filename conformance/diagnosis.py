@@ -1,0 +1,361 @@
+"""Name a failing backend's likely bug from a few cheap differential checks.
+
+A failing clause says *what* is wrong; the signature says *why*. Each :class:`Signature` is one
+known mistake (the project's catalogue of broken backends, ``tests/broken_backends.py``, is the
+list they come from) with a small fixed case and the output that mistake gives there: the
+oracle with one argument changed (``scale = 1``, the mask inverted, ``causal='top_left'``, ...)
+or a textbook variant of the algorithm (a softmax over the wrong axis). :func:`diagnose` calls
+the backend on each case that its claims allow, and names the first mistake whose output the
+backend matches, and not the oracle's, within :func:`agrees`. A few dozen calls on tiny arrays:
+run only when a backend failed.
+
+Axis legend: B batch, h heads, L_q / L_k query / key lengths, d_k / d_v per-head widths,
+d_model / d_out model widths; SDPA arrays (B, h, L, d), MHA arrays (B, L, d_model).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from mhaspec.spec import oracle
+
+from . import harness
+from .strategies import CaseSpec
+
+#: SDPA: d_v != d_k and L_q != L_k, logits large enough that the scale matters
+SDPA = CaseSpec(batch=2, heads=2, len_q=3, len_k=5, d_k=4, d_v=6, logit_scale=3.0, seed=11)
+MASKED = SDPA._replace(mask_shape=(2, 2, 3, 5), mask_density=0.6)
+EMPTY_ROWS = MASKED._replace(fully_masked_rows=True)
+#: L_q = L_k: a key padding mask put on the query axis still broadcasts
+PADDED = SDPA._replace(len_k=3, key_padding=True)
+BIAS = SDPA._replace(bias_shape=(2, 2, 3, 5))
+LEGACY = SDPA._replace(legacy_shape=(2, 2, 3, 5))
+CAUSAL = SDPA._replace(causal="bottom_right")
+LARGE = SDPA._replace(logit_scale=1000.0)
+NAN_QUERY = SDPA._replace(extreme="nonfinite:nan:q")
+SUBNORMAL = SDPA._replace(extreme="subnormal:float64:query")
+NO_KEYS = SDPA._replace(len_k=0)
+WINDOW = SDPA._replace(len_q=5, window=(1, 0), alignment="top_left")
+ALIBI = SDPA._replace(alibi="geometric", alignment="top_left")
+SEGMENTS = SDPA._replace(len_q=5, segments="packed")
+#: MHA: d_model = h * d_k = h * d_v = d_out, so a transposed W_q or a skipped W_o still runs
+MHA = CaseSpec(batch=2, heads=2, len_q=3, len_k=5, d_k=4, d_v=4, d_model=8, k_dim=8, v_dim=8,
+               d_out=8, logit_scale=3.0, seed=12)
+
+
+class Signature(NamedTuple):
+    """One known mistake: ``says`` (one line: what the backend does, and the clause), the
+    operation and case it shows on, the capabilities the case needs, and ``expect(case, ref)``:
+    the (output, weights) the mistake gives (None where it says nothing), ``ref`` the oracle."""
+
+    says: str
+    op: str
+    spec: CaseSpec
+    needs: frozenset
+    expect: Callable
+
+
+def _oracle(case, op, **changes) -> tuple:
+    res = harness.oracle_result(case, op, **changes)
+    return res.out, None
+
+
+def _weights_only(weights) -> tuple:
+    return None, weights
+
+
+def _textbook(case, *, axis=-1, fill=-np.inf, scale=None, scale_after=False) -> tuple:
+    """softmax(scale Q K^T + masks) V with the softmax over ``axis`` and masked logits ``fill``."""
+    q, k, v = case.q, case.k, case.v
+    s = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    logits = q @ np.swapaxes(k, -1, -2) * (1.0 if scale_after else s)
+    if case.mask is not None:
+        logits = np.where(case.mask, logits, fill)
+    e = np.exp(logits - logits.max(axis=axis, keepdims=True))
+    w = e / e.sum(axis=axis, keepdims=True) * (s if scale_after else 1.0)
+    return w @ v, w
+
+
+def _unshifted(case) -> tuple:
+    """softmax without subtracting the row maximum: exp overflows to inf, inf / inf is NaN."""
+    logits = case.q @ np.swapaxes(case.k, -1, -2) / np.sqrt(case.q.shape[-1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(logits)
+        return (e / e.sum(axis=-1, keepdims=True)) @ case.v, None
+
+
+def _zero_tiny_rows(case) -> tuple:
+    """The oracle's output with the rows of queries below the smallest normal number zeroed."""
+    out = harness.oracle_result(case, "sdpa").out
+    tiny = np.max(np.abs(case.q), axis=-1, keepdims=True) < np.finfo(np.float64).tiny
+    return np.where(tiny, 0.0, out), None
+
+
+def _empty_rows(case, fill) -> tuple:
+    """The oracle's output with each fully masked row replaced by ``fill(v)`` (B, h, 1, d_v)."""
+    out = harness.oracle_result(case, "sdpa").out.copy()
+    empty = ~np.broadcast_to(case.mask, out.shape[:-1] + (case.k.shape[2],)).any(-1)
+    return np.where(empty[..., None], fill(case.v), out), None
+
+
+def _strict_causal(case) -> tuple:
+    len_q, len_k = case.q.shape[2], case.k.shape[2]
+    diagonal = len_k - len_q if case.spec.causal == "bottom_right" else 0
+    allowed = np.arange(len_k)[None, :] < np.arange(len_q)[:, None] + diagonal
+    return _oracle(case, "sdpa", causal=None, mask=allowed)
+
+
+def _params(case, **changes) -> tuple:
+    return _oracle(case, "mha", params=case.params._replace(**changes))
+
+
+def _heads_interleaved(case) -> tuple:
+    """Heads split as (d, h) instead of (h, d): head i, component j is column j*h + i of every
+    projection (and row j*h + i of W_o), not column i*d + j."""
+    p, h, d = case.params, case.spec.heads, case.spec.d_k
+    perm = np.array([j * h + i for i in range(h) for j in range(d)])
+    return _params(case, w_q=p.w_q[:, perm], w_k=p.w_k[:, perm], w_v=p.w_v[:, perm],
+                   b_q=p.b_q[perm], b_k=p.b_k[perm], b_v=p.b_v[perm], w_o=p.w_o[perm, :])
+
+
+SIGNATURES = {
+    "scale-one": Signature(
+        "agrees with the oracle at scale = 1: the default scale 1/sqrt(d_k) is missing (SDPA-2)",
+        "sdpa", SDPA, frozenset(), lambda c: _oracle(c, "sdpa", scale=1.0)),
+    "scale-1/d_k": Signature(
+        "agrees with the oracle at scale = 1/d_k: the logits are divided by d_k, not sqrt(d_k) "
+        "(SDPA-2)", "sdpa", SDPA, frozenset(),
+        lambda c: _oracle(c, "sdpa", scale=1.0 / c.q.shape[-1])),
+    "scale-d_v": Signature(
+        "agrees with the oracle at scale = 1/sqrt(d_v): the default scale is taken from V's "
+        "width, not K's (SDPA-2)", "sdpa", SDPA, frozenset(),
+        lambda c: _oracle(c, "sdpa", scale=1.0 / np.sqrt(c.v.shape[-1]))),
+    "scale-after-softmax": Signature(
+        "agrees with scale * softmax(Q K^T) V: the scale multiplies the weights after the "
+        "softmax, not the logits (SDPA-1)", "sdpa", SDPA, frozenset(),
+        lambda c: _textbook(c, scale_after=True)),
+    "softmax-axis-queries": Signature(
+        "agrees with a softmax over the query axis: the weights are normalised over queries, "
+        "not keys (SDPA-1)", "sdpa", SDPA, frozenset(), lambda c: _textbook(c, axis=-2)),
+    "softmax-axis-batch": Signature(
+        "agrees with a softmax over the batch axis: the weights are normalised over batch "
+        "items, not keys (SDPA-1, SDPA-7)", "sdpa", SDPA, frozenset(),
+        lambda c: _textbook(c, axis=0)),
+    "no-max-subtraction": Signature(
+        "gives NaN at large logits: the softmax does not subtract the row maximum, so exp "
+        "overflows (NUM-4)", "sdpa", LARGE, frozenset(), _unshifted),
+    "nan-to-num": Signature(
+        "gives finite numbers where a NaN input must propagate: the result is sanitised "
+        "(nan_to_num) (NUM-6)", "sdpa", NAN_QUERY, frozenset(),
+        lambda c: (np.nan_to_num(harness.oracle_result(c, "sdpa").out), None)),
+    "tiny-queries": Signature(
+        "zeroes the rows of subnormal queries: they are taken for padding (NUM-5)",
+        "sdpa", SUBNORMAL, frozenset(), _zero_tiny_rows),
+    "mask-polarity": Signature(
+        "agrees with the oracle given the inverted mask: True is read as blocked (MASK-1)",
+        "sdpa", MASKED, frozenset({"masks"}), lambda c: _oracle(c, "sdpa", mask=~c.mask)),
+    "mask-fill-zero": Signature(
+        "agrees with masked logits set to 0 instead of -inf (MASK-1)",
+        "sdpa", MASKED, frozenset({"masks"}), lambda c: _textbook(c, fill=0.0)),
+    "weights-unmasked": Signature(
+        "returns the weights of the unmasked softmax: the masks reach the output but not the "
+        "weights (MASK-1, SDPA-4)", "sdpa", MASKED, frozenset({"masks", "weights"}),
+        lambda c: _weights_only(harness.oracle_result(c, "sdpa", mask=None).weights)),
+    "empty-rows-mean": Signature(
+        "a fully masked row gives the mean of V, not 0: masked logits are filled with a finite "
+        "number, not -inf (MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
+        lambda c: _empty_rows(c, lambda v: v.mean(axis=2, keepdims=True))),
+    "empty-rows-nan": Signature(
+        "a fully masked row gives NaN, not 0: the softmax of a row of -inf is not guarded "
+        "(MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
+        lambda c: _empty_rows(c, lambda v: np.full_like(v[:, :, :1], np.nan))),
+    "padding-on-queries": Signature(
+        "agrees with the key padding mask applied to query rows: it is reshaped to "
+        "(B, 1, L, 1), not (B, 1, 1, L_k) (MASK-5)", "sdpa", PADDED, frozenset({"masks"}),
+        lambda c: _oracle(c, "sdpa", key_padding_mask=None,
+                          mask=c.key_padding_mask[:, None, :, None])),
+    "causal-alignment": Signature(
+        "agrees with causal='top_left' where 'bottom_right' was asked: the diagonal's "
+        "alignment is swapped (MASK-7)", "sdpa", CAUSAL, frozenset({"causal"}),
+        lambda c: _oracle(c, "sdpa", causal="top_left")),
+    "causal-diagonal": Signature(
+        "agrees with a causal mask that also blocks the diagonal (j < i, not j <= i) (MASK-6)",
+        "sdpa", CAUSAL, frozenset({"causal"}), _strict_causal),
+    "bias-ignored": Signature(
+        "agrees with the oracle without the bias: the additive bias is dropped (MASK-2)",
+        "sdpa", BIAS, frozenset({"bias"}), lambda c: _oracle(c, "sdpa", bias=None)),
+    "bias-subtracted": Signature(
+        "agrees with the oracle given -bias: the bias is subtracted (MASK-2)",
+        "sdpa", BIAS, frozenset({"bias"}), lambda c: _oracle(c, "sdpa", bias=-c.bias)),
+    "bias-before-scale": Signature(
+        "agrees with scale * (Q K^T + bias): the bias is added before scaling, not after "
+        "(MASK-2)", "sdpa", BIAS, frozenset({"bias"}),
+        lambda c: _oracle(c, "sdpa", bias=c.bias / np.sqrt(c.q.shape[-1]))),
+    "legacy-polarity": Signature(
+        "agrees with the oracle given 1 - legacy_mask: the legacy mask is read as 1 = may "
+        "attend (MASK-3)", "sdpa", LEGACY, frozenset({"legacy_mask"}),
+        lambda c: _oracle(c, "sdpa", legacy_mask=1.0 - c.legacy_mask)),
+    "legacy-ignored": Signature(
+        "agrees with the oracle without the legacy mask: it is dropped (MASK-3)",
+        "sdpa", LEGACY, frozenset({"legacy_mask"}), lambda c: _oracle(c, "sdpa", legacy_mask=None)),
+    "legacy-offset": Signature(
+        "agrees with a legacy offset of -2e9: the source's form is mask * -1e9 exactly (MASK-3)",
+        "sdpa", LEGACY, frozenset({"legacy_mask"}),
+        lambda c: _oracle(c, "sdpa", legacy_mask=2.0 * c.legacy_mask)),
+    "window-left": Signature(
+        "agrees with the oracle at window (left + 1, right): one key too many on the left "
+        "(WIN-1)", "sdpa", WINDOW, frozenset({"window"}),
+        lambda c: _oracle(c, "sdpa", window=(c.spec.window[0] + 1, c.spec.window[1]))),
+    "alibi-sign": Signature(
+        "agrees with the oracle given -slopes: ALiBi adds +m|i - j| (ALIBI-1)",
+        "sdpa", ALIBI, frozenset({"alibi"}),
+        lambda c: _oracle(c, "sdpa", alibi_slopes=-c.features.alibi_slopes)),
+    "segments-item-0": Signature(
+        "agrees with every batch item given item 0's key segment ids: ids are compared "
+        "across the batch (SEG-1)", "sdpa", SEGMENTS, frozenset({"segments"}),
+        lambda c: _oracle(c, "sdpa", kv_segment_ids=np.broadcast_to(
+            c.features.kv_segment_ids[:1], c.features.kv_segment_ids.shape))),
+    "mha-scale-d_model": Signature(
+        "agrees with the oracle at scale = 1/sqrt(d_model): multi-head attention scales by the "
+        "model width, not the head width d_k (MHA-1)", "mha", MHA, frozenset({"mha"}),
+        lambda c: _oracle(c, "mha", scale=1.0 / np.sqrt(c.query.shape[-1]))),
+    "no-output-bias": Signature(
+        "agrees with the oracle without b_o: the output projection's bias is never added "
+        "(PARAM-1)", "mha", MHA, frozenset({"mha"}),
+        lambda c: _params(c, b_o=np.zeros_like(c.params.b_o))),
+    "query-bias": Signature(
+        "agrees with b_k in place of b_q: the query projection adds the key bias (PARAM-1)",
+        "mha", MHA, frozenset({"mha"}), lambda c: _params(c, b_q=c.params.b_k)),
+    "w_q-transposed": Signature(
+        "agrees with W_q transposed: an (out, in) weight is read as (in, out) (PARAM-1)",
+        "mha", MHA, frozenset({"mha"}), lambda c: _params(c, w_q=c.params.w_q.T)),
+    "no-output-projection": Signature(
+        "agrees with W_o = identity: the concatenated heads are returned without the output "
+        "projection (MHA-1)", "mha", MHA, frozenset({"mha"}),
+        lambda c: _params(c, w_o=np.eye(c.params.w_o.shape[0]))),
+    "heads-interleaved": Signature(
+        "agrees with heads split as (d, h), not (h, d): head i takes every h-th column, not "
+        "the block [i*d, (i+1)*d) (HEAD-1, PARAM-2)", "mha", MHA, frozenset({"mha"}),
+        _heads_interleaved),
+    "heads-averaged": Signature(
+        "agrees with the heads' output blocks averaged, not summed: (out - b_o) / h + b_o "
+        "(MHA-1)", "mha", MHA, frozenset({"mha"}),
+        lambda c: ((_oracle(c, "mha")[0] - c.params.b_o) / c.spec.heads + c.params.b_o, None)),
+    "weights-head-mean": Signature(
+        "returns the head-averaged weights for every head (nn.MultiheadAttention's default), "
+        "not each head's own (SHAPE-2)", "mha", MHA, frozenset({"mha", "weights"}),
+        lambda c: _weights_only(np.broadcast_to(
+            harness.oracle_result(c, "mha").weights.mean(axis=1, keepdims=True),
+            harness.oracle_result(c, "mha").weights.shape))),
+}
+
+
+def agrees(got, expected, dtype: str) -> bool:
+    """Whether ``got`` equals ``expected`` up to rounding in ``dtype``: NaN where it is NaN, and
+    elsewhere within 1e-9 (float64) or 1e-4 (otherwise) of the largest finite magnitude."""
+    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    if got.shape != expected.shape or not np.array_equal(np.isnan(got), np.isnan(expected)):
+        return False
+    finite = ~np.isnan(expected)
+    if not finite.any():
+        return True
+    scale = max(1.0, float(np.max(np.abs(expected[finite]))))
+    tol = (1e-9 if dtype == "float64" else 1e-4) * scale
+    return bool(np.all(np.abs(got[finite] - expected[finite]) <= tol))
+
+
+def _matches(impl: harness.Impl, signature: Signature) -> bool | None:
+    """Whether ``impl`` shows ``signature`` (None: the case cannot be run here)."""
+    case = impl.case(signature.spec, signature.op)
+    if harness.fit(signature.spec, harness.op_capabilities(impl.backend, signature.op),
+                   impl.dtype, signature.op) != signature.spec:
+        return None  # the backend does not claim what the case needs
+    try:
+        got = harness.run(impl, signature.op, case)
+    except Exception:  # noqa: BLE001 - a call that raises shows nothing here
+        return None
+    want_out, want_weights = signature.expect(case)
+    ref = harness.oracle_result(case, signature.op)
+    parts = [(got.out, want_out, ref.out), (got.weights, want_weights, ref.weights)]
+    parts = [(g, w, r) for g, w, r in parts if w is not None]
+    if not parts or any(g is None for g, _, _ in parts):
+        return None
+    return (all(agrees(g, w, impl.dtype) for g, w, _ in parts)
+            and not all(agrees(g, r, impl.dtype) for g, _, r in parts))
+
+
+def probe_cell(backend) -> harness.Impl | None:
+    """The cell the probes run in: the first available device, float64 where claimed, else
+    float32 (None when neither is offered)."""
+    for device, why in backend.devices().items():
+        if why is None:
+            for dtype in ("float64", "float32"):
+                if dtype in backend.dtypes(device):
+                    return harness.Impl(backend, device, dtype)
+    return None
+
+
+def diagnose(backend) -> str | None:
+    """One line naming ``backend``'s likely mistake, or None when no signature matches.
+
+    Checked in this order: float64 offered (NUM-1, unless declared); a call on the plainest valid
+    case that raises; then :data:`SIGNATURES` in order, on the cases the backend's claims allow."""
+    impl = probe_cell(backend)
+    if impl is None:
+        return "offers neither float64 nor float32 on any available device (NUM-1)"
+    if impl.dtype != "float64" and "NUM-1" not in backend.deviations:
+        return "does not offer float64, which every backend must (NUM-1)"
+    for op, spec in (("sdpa", SDPA), ("mha", MHA)):
+        if op in backend.capabilities:
+            try:
+                harness.run(impl, op, impl.case(spec, op))
+            except Exception as exc:  # noqa: BLE001 - the diagnosis is the exception
+                return (f"raises {type(exc).__name__} on a valid {op} case (L_q {spec.len_q}, "
+                        f"L_k {spec.len_k}, d_k {spec.d_k}, d_v {spec.d_v}): "
+                        f"{' '.join(str(exc).split())[:160]}")
+    op = "sdpa" if "sdpa" in backend.capabilities else "mha"
+    for signature in SIGNATURES.values():
+        claims = harness.op_capabilities(backend, signature.op)
+        declared = set(clauses_of(signature)) <= set(backend.deviations)
+        if (signature.op in backend.capabilities and signature.needs - {signature.op} <= claims
+                and not declared and _matches(impl, signature)):
+            return signature.says
+    if op == "sdpa":
+        try:
+            harness.run(impl, "sdpa", impl.case(NO_KEYS, "sdpa"))
+        except Exception as exc:  # noqa: BLE001 - the diagnosis is the exception
+            return (f"raises {type(exc).__name__} when there are no keys (L_k = 0), where the "
+                    f"spec gives zeros (SHAPE-4)")
+    return precision(impl, op)
+
+
+def clauses_of(signature: Signature) -> list[str]:
+    """The clause ids a signature's line ends with: ``"... (MASK-1, SDPA-4)"``."""
+    return re.findall(r"[A-Z]+-\d+", signature.says.rsplit("(", 1)[-1])
+
+
+#: unit roundoff of the precisions a float64 path may silently lose accuracy to
+ROUNDOFF = {"float32": 2.0 ** -24, "float16 or TF32 (10-bit mantissa)": 2.0 ** -11,
+            "bfloat16 (7-bit mantissa)": 2.0 ** -8}
+
+
+def precision(impl: harness.Impl, op: str) -> str | None:
+    """In a float64 cell: the lower precision whose unit roundoff is within a factor 8 of the
+    relative error on the plain case (None when none is, or the error is float64's own)."""
+    if impl.dtype != "float64":
+        return None
+    case = impl.case(SDPA if op == "sdpa" else MHA, op)
+    got, ref = harness.run(impl, op, case).out, harness.oracle_result(case, op).out
+    if got is None or not np.all(np.isfinite(got)):
+        return None
+    relative = float(np.max(np.abs(got - ref)) / max(1.0, float(np.max(np.abs(ref)))))
+    if relative == 0.0:
+        return None
+    name, u = min(ROUNDOFF.items(), key=lambda nu: abs(np.log2(relative / nu[1])))
+    if abs(np.log2(relative / u)) <= 3:
+        return (f"float64 results with errors of {name} size ({relative:.1e} relative): a lower "
+                f"precision inside the float64 path (NUM-2)")
+    return None
