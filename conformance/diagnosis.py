@@ -35,6 +35,8 @@ BIAS = SDPA._replace(bias_shape=(2, 2, 3, 5))
 LEGACY = SDPA._replace(legacy_shape=(2, 2, 3, 5))
 CAUSAL = SDPA._replace(causal="bottom_right")
 LARGE = SDPA._replace(logit_scale=1000.0)
+#: d_k = 8: the default scale 1/sqrt(8) is not a float32 number, so its rounding shows
+PRECISION = SDPA._replace(d_k=8, logit_scale=10.0)
 NAN_QUERY = SDPA._replace(extreme="nonfinite:nan:q")
 SUBNORMAL = SDPA._replace(extreme="subnormal:float64:query")
 NO_KEYS = SDPA._replace(len_k=0)
@@ -44,6 +46,7 @@ SEGMENTS = SDPA._replace(len_q=5, segments="packed")
 #: MHA: d_model = h * d_k = h * d_v = d_out, so a transposed W_q or a skipped W_o still runs
 MHA = CaseSpec(batch=2, heads=2, len_q=3, len_k=5, d_k=4, d_v=4, d_model=8, k_dim=8, v_dim=8,
                d_out=8, logit_scale=3.0, seed=12)
+SHARED_KV = MHA._replace(extreme="shared:key=value")
 
 
 class Signature(NamedTuple):
@@ -110,6 +113,16 @@ def _strict_causal(case) -> tuple:
 
 def _params(case, **changes) -> tuple:
     return _oracle(case, "mha", params=case.params._replace(**changes))
+
+
+def _combined_without_transpose(case) -> tuple:
+    """The heads (B, h, L_q, d_v) reshaped straight to (B, L_q, h*d_v), then projected by W_o."""
+    p, h = case.params, case.spec.heads
+    q, k, v = (oracle.split_heads(x @ w + b, h) for x, w, b in
+               ((case.query, p.w_q, p.b_q), (case.key, p.w_k, p.b_k), (case.value, p.w_v, p.b_v)))
+    heads, _ = oracle.attention(q, k, v)
+    b, _, len_q, d_v = heads.shape
+    return heads.reshape(b, len_q, h * d_v) @ p.w_o + p.b_o, None
 
 
 def _heads_interleaved(case) -> tuple:
@@ -218,6 +231,10 @@ SIGNATURES = {
         "across the batch (SEG-1)", "sdpa", SEGMENTS, frozenset({"segments"}),
         lambda c: _oracle(c, "sdpa", kv_segment_ids=np.broadcast_to(
             c.features.kv_segment_ids[:1], c.features.kv_segment_ids.shape))),
+    "scale-float32": Signature(
+        "agrees with the oracle at the scale rounded to float32: float64 results carry a "
+        "float32 scale (NUM-2)", "sdpa", PRECISION, frozenset(),
+        lambda c: _oracle(c, "sdpa", scale=float(np.float32(1.0 / np.sqrt(c.q.shape[-1]))))),
     "mha-scale-d_model": Signature(
         "agrees with the oracle at scale = 1/sqrt(d_model): multi-head attention scales by the "
         "model width, not the head width d_k (MHA-1)", "mha", MHA, frozenset({"mha"}),
@@ -240,6 +257,15 @@ SIGNATURES = {
         "agrees with heads split as (d, h), not (h, d): head i takes every h-th column, not "
         "the block [i*d, (i+1)*d) (HEAD-1, PARAM-2)", "mha", MHA, frozenset({"mha"}),
         _heads_interleaved),
+    "combine-no-transpose": Signature(
+        "agrees with the heads reshaped (B, h, L, d) -> (B, L, h*d) without the transpose: "
+        "positions and heads are mixed before W_o (HEAD-2, MHA-1)", "mha", MHA,
+        frozenset({"mha"}), _combined_without_transpose),
+    "fused-kv-from-query": Signature(
+        "agrees with keys and values projected from the query when key is value: the fused "
+        "self-attention projection is taken on array identity alone (MHA-4)", "mha", SHARED_KV,
+        frozenset({"mha"}),
+        lambda c: _oracle(c._replace(key=c.query, value=c.query), "mha")),
     "heads-averaged": Signature(
         "agrees with the heads' output blocks averaged, not summed: (out - b_o) / h + b_o "
         "(MHA-1)", "mha", MHA, frozenset({"mha"}),
