@@ -50,9 +50,9 @@ SHARED_KV = MHA._replace(extreme="shared:key=value")
 
 
 class Signature(NamedTuple):
-    """One known mistake: ``says`` (one line: what the backend does, and the clause), the
-    operation and case it shows on, the capabilities the case needs, and ``expect(case, ref)``:
-    the (output, weights) the mistake gives (None where it says nothing), ``ref`` the oracle."""
+    """One known mistake: ``says`` (one line: what the backend does, ending with its clauses),
+    the operation and case it shows on, the capabilities the case needs, and ``expect(case)``:
+    the (output, weights) the mistake gives on the case's arrays (None where it says nothing)."""
 
     says: str
     op: str
@@ -295,10 +295,10 @@ def agrees(got, expected, dtype: str) -> bool:
 
 def _matches(impl: harness.Impl, signature: Signature) -> bool | None:
     """Whether ``impl`` shows ``signature`` (None: the case cannot be run here)."""
-    case = impl.case(signature.spec, signature.op)
     if harness.fit(signature.spec, harness.op_capabilities(impl.backend, signature.op),
                    impl.dtype, signature.op) != signature.spec:
         return None  # the backend does not claim what the case needs
+    case = impl.case(signature.spec, signature.op)
     try:
         got = harness.run(impl, signature.op, case)
     except Exception:  # noqa: BLE001 - a call that raises shows nothing here
