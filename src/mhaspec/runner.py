@@ -5,7 +5,7 @@ Every command and report that runs the suite goes through here: ``mhaspec certif
 subprocess (:func:`command`, :func:`run_subprocess`, :func:`load_results`).
 
 An in-process run is isolated from its caller: pytest is given an empty ini file in a temporary
-directory (``-c``) and the suite's own folder as ``--rootdir``, so ``pytest.ini`` / ``tox.ini`` /
+directory (``-c``) and that directory as ``--rootdir``, so ``pytest.ini`` / ``tox.ini`` /
 ``setup.cfg`` / ``pyproject.toml`` in the current directory add nothing; ``PYTEST_ADDOPTS`` is
 dropped for the run; the cache provider is off; Hypothesis keeps its files in the temporary
 directory (no ``.hypothesis/`` in the current directory). The backends are handed over already
@@ -138,8 +138,7 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
     with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
         ini = pathlib.Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", "utf-8")
-        # the suite's own folder as rootdir: test ids (FAILED lines) then name files that stay
-        full = [*args, "-c", str(ini), "--rootdir", str(pathlib.Path(plugin.__file__).parent)]
+        full = [*args, "-c", str(ini), "--rootdir", tmp]
         hypothesis_home = pathlib.Path(tmp) / "hypothesis"
         errors = io.StringIO()
         with _environment(PYTEST_ADDOPTS=None, HYPOTHESIS_STORAGE_DIRECTORY=str(hypothesis_home)):
