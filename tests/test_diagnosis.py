@@ -64,8 +64,9 @@ NAMED = {
     "FUSED_PROJECTION_WHEN_KEY_IS_VALUE": "projected from the query when key is value",
     "FLOAT64_THROUGH_FLOAT32": "scale rounded to float32",
 }
-#: the share of the catalogue named correctly (44 of 52 when measured)
-RATE = 44 / 52
+#: the share of the catalogue named correctly (44 of 55 when measured; 44 of 52 before three
+#: entries were added on main)
+RATE = 44 / 55
 
 
 @pytest.fixture(scope="module")
