@@ -429,7 +429,7 @@ def main(argv=None) -> int:
     import sys
 
     from mhaspec.backends import load_backend
-    from mhaspec.spec import load as load_spec
+    from mhaspec.spec import generated_marker, load as load_spec
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -439,7 +439,9 @@ def main(argv=None) -> int:
         results = json.load(f)
     claims = {name: frozenset(load_backend(name).capabilities)
               for name in {r["backend"] for r in results}}
-    print(audit_table(results, load_spec().testable_ids, claims), end="")
+    spec = load_spec()
+    print(generated_marker(spec.version))
+    print(audit_table(results, spec.testable_ids, claims), end="")
     return 0
 
 

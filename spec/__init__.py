@@ -114,6 +114,12 @@ def parse(text: str) -> Spec:
     return Spec(meta["name"], meta["version"], meta["title"], chapters, clauses, status, errata)
 
 
+def generated_marker(version: str) -> str:
+    """The first line of a page generated against spec ``version`` (``docs/generated/*.md``):
+    ``<!-- mhaspec:generated spec=1.2 -->``."""
+    return f"<!-- mhaspec:generated spec={version} -->"
+
+
 @lru_cache(maxsize=1)
 def load() -> Spec:
     """The specification shipped with this package."""

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import re
 
+from mhaspec.spec import generated_marker as marker  # noqa: F401 - the generators' marker
+
 #: The command that regenerates each generated page (by file name).
 REGENERATE = {
     "matrix.md": "nox -s matrix",
     "soak.md": "nox -s soak, then copy results/soak/summary.md to docs/generated/soak.md",
     "bench.md": "nox -s bench",
     "errors.md": "mhaspec errors-table > docs/generated/errors.md",
+    "condition-coverage.md": ("python -m pytest --pyargs mhaspec.conformance --backend numpy-batched "
+                              "--mhaspec-profile ci --mhaspec-report ci.json, then python -m "
+                              "mhaspec.conformance.conditions ci.json > docs/generated/condition-coverage.md"),
 }
 MARKER = re.compile(r"<!--\s*mhaspec:generated\s+spec=(?P<version>[0-9]+\.[0-9]+)\s*-->")
-
-
-def marker(version: str) -> str:
-    """The first line of a generated page: ``<!-- mhaspec:generated spec=1.2 -->``."""
-    return f"<!-- mhaspec:generated spec={version} -->"
 
 
 def version_of(text: str) -> str | None:
