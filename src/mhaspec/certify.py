@@ -11,8 +11,11 @@ whose testable clauses did not all run makes it "incomplete".
 Every file written stays inside ``--output-dir``: the backend's name is reduced to a safe file name
 (:func:`file_stem`; the real name stays inside the certificate), and the outputs are checked
 before the suite runs (a usage error, exit status 2, when the directory is a file or read-only or
-a target path is a directory, or the certificate there is another backend's). The suite runs in-process through :mod:`mhaspec.runner`, isolated
-from the caller's pytest configuration, with the backend loaded once.
+a target path is a directory, or the certificate there is another backend's). The suite runs in
+this process through :mod:`mhaspec.runner`, isolated from the caller's pytest configuration; the
+backend runs in a process of its own (:mod:`mhaspec.sealed`): its claims are read once, checked and
+frozen before the run, and used for the run and the certificate alike; the certificate records
+that path (``run.backend_process``).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ import random
 import re
 import time
 
-from mhaspec import __version__, certificate, installed_version, runner
-from mhaspec.usage import UsageError, load_backend, printable, writable_dir, writable_file
+from mhaspec import __version__, certificate, installed_version, runner, sealed
+from mhaspec.usage import UsageError, printable, writable_dir, writable_file
 
 DEFAULT_PROFILE = "certify"
 
@@ -152,15 +155,39 @@ def check_suite_version(installed: str | None = None) -> str:
     return __version__
 
 
+def check_seed_args(pytest_args) -> None:
+    """Refuse a ``--hypothesis-seed`` among the pytest arguments that is not an integer."""
+    for i, arg in enumerate(pytest_args):
+        if arg == "--hypothesis-seed" or arg.startswith("--hypothesis-seed="):
+            value = arg.partition("=")[2] if "=" in arg else (
+                pytest_args[i + 1] if i + 1 < len(pytest_args) else "")
+            if not re.fullmatch(r"-?[0-9]+", value):
+                raise UsageError(f"--hypothesis-seed must be an integer, got {printable(value)!r}")
+
+
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
             call_timeout: float | None = None) -> int:
     """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise)."""
+    check_seed_args(list(pytest_args))
+    writable_dir(output_dir)
+    try:
+        backend = sealed.open_sealed(ref, call_timeout=call_timeout)
+    except sealed.SealedError as exc:
+        raise UsageError(printable(str(exc), 400)) from None
+    try:
+        return _certify(backend, ref, profile=profile, seed=seed, output_dir=output_dir,
+                        pytest_args=pytest_args, call_timeout=call_timeout)
+    finally:
+        backend.close()
+
+
+def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int | None,
+             output_dir, pytest_args, call_timeout: float | None) -> int:
     from mhaspec.conformance import verdicts
     from mhaspec.spec import load as load_spec
 
     suite_version = check_suite_version()
-    backend = load_backend(ref)
     paths = output_paths(output_dir, backend.name)
     check_not_another_backends(paths["json"], ref)
     seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
@@ -209,6 +236,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
                 "pytest_exit_status": run.exit_code,
                 "selection": collector.selection,
                 "call_timeout_s": collector.call_timeout,
+                "backend_process": "sealed", "backend_restarts": backend.process.restarts,
                 "tests_run": len(results), "tests_not_run": len(not_run),
                 "shrink": "every failure" if collector.shrink_all else "first failure of each cell",
                 "failures_not_shrunk": sum(r.get("shrunk") is False for r in results),

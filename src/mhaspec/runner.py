@@ -8,7 +8,9 @@ An in-process run is isolated from its caller: pytest is given an empty ini file
 directory (``-c``) and that directory as ``--rootdir``, so ``pytest.ini`` / ``tox.ini`` /
 ``setup.cfg`` / ``pyproject.toml`` in the current directory add nothing; ``PYTEST_ADDOPTS`` is
 dropped for the run; the cache provider is off; Hypothesis keeps its files in the temporary
-directory (no ``.hypothesis/`` in the current directory). The backends are handed over already
+directory (no ``.hypothesis/`` in the current directory); no ``conftest.py`` is loaded
+(``--noconftest``: the suite ships none, and one in an ancestor directory of the installed package
+or of the current directory would otherwise join the run and could rewrite its reports). The backends are handed over already
 loaded (the plugin's ``PROVIDER``), and the results are read from the plugin's collector object,
 with no report file in between.
 """
@@ -105,6 +107,9 @@ class _Provider:
         from mhaspec.conformance import plugin
 
         self.collector = config.stash[plugin.COLLECTOR_KEY]
+        for backend in self.backends:  # a backend in its own process times its calls itself
+            if hasattr(backend, "call_timeout"):
+                backend.call_timeout = config.getoption("--mhaspec-call-timeout") or None
         mine = {b.name for b in self.backends}
         others = sorted({b.name for b in config.stash[plugin.BACKENDS_KEY]} - mine)
         if self.only and others:
@@ -138,7 +143,7 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
     with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
         ini = pathlib.Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", "utf-8")
-        full = [*args, "-c", str(ini), "--rootdir", tmp]
+        full = [*args, "-c", str(ini), "--rootdir", tmp, "--noconftest"]
         hypothesis_home = pathlib.Path(tmp) / "hypothesis"
         errors = io.StringIO()
         with _environment(PYTEST_ADDOPTS=None, HYPOTHESIS_STORAGE_DIRECTORY=str(hypothesis_home)):

@@ -1,0 +1,190 @@
+"""The backend's own process under ``mhaspec certify``: it holds the backend and array conversion
+only (``python -m mhaspec.backend_host REF FD_IN FD_OUT``).
+
+It loads the backend, reads its claims once (:func:`read_claims`, plain JSON; their types are
+checked by the judging process) and then answers requests over :mod:`mhaspec.wire` until the pipe
+closes. Request ``{"op": "call", "method", "args", "kwargs", "define", "free"}``: the arrays of
+``define`` (``[id, array index, dtype, device]``) become backend arrays by ``asarray`` and join the
+table of arrays the judging process holds handles to, the method runs, and every backend array of
+its result is kept in the table and sent back as ``to_numpy`` of it with ``device_of`` of it.
+Request ``{"op": "fetch", "ids", "define", "free"}``: ``to_numpy`` and ``device_of`` of arrays of
+the table, or the error of each. Any exception of the backend's code (``BaseException``: also ``SystemExit`` and pytest's
+outcome exceptions) is sent back as its type names and message; the judging process decides what it
+means. Values: see :func:`decode` and :func:`encode`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+import numpy as np
+
+from mhaspec import wire
+from mhaspec.backends import AttentionOutputs, MHAParams, load_backend
+
+OPS = ("sdpa", "mha")
+
+
+def plain(x):
+    """``x`` as JSON the judging process validates: sets, tuples and lists as lists, mappings with
+    string keys as objects, scalars as they are; anything else as ``{"!": type name}``."""
+    if x is None or isinstance(x, (str, bool, int, float)):
+        return x
+    if isinstance(x, (set, frozenset, tuple, list)):
+        return [plain(v) for v in x]
+    if isinstance(x, Mapping) and all(isinstance(k, str) for k in x):
+        return {k: plain(v) for k, v in x.items()}
+    return {"!": type(x).__name__}
+
+
+def read_claims(backend) -> dict:
+    """Every claim of ``backend``, each member read once (``deviations_on`` and ``dtypes`` per
+    available device, ``capabilities_for`` per operation where it has one). A member that raises
+    is a ``ValueError`` naming it."""
+    def member(what, fn, *args):
+        try:
+            return plain(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - the backend's own code
+            raise ValueError(f"{what} raised {type(exc).__name__}: {exc}") from None
+
+    claims = {n: member(n, getattr, backend, n) for n in ("name", "framework", "capabilities")}
+    claims["protocol_version"] = member("protocol_version", getattr, backend, "protocol_version", 1)
+    claims["deviations"] = member("deviations", getattr, backend, "deviations", {})
+    claims["framework_version"] = member("framework_version()",
+                                         lambda: str(backend.framework_version()))
+    scoped = getattr(backend, "capabilities_for", None)
+    claims["capabilities_for"] = None if scoped is None else {
+        op: member(f"capabilities_for({op!r})", scoped, op) for op in OPS}
+    devices = claims["devices"] = member("devices()", backend.devices)
+    available = [d for d, why in devices.items() if why is None] if isinstance(devices, dict) else []
+    claims["dtypes"] = {d: member(f"dtypes({d!r})", backend.dtypes, d) for d in available}
+    on = getattr(backend, "deviations_on", None)
+    claims["deviations_on"] = {}
+    for d, dtypes in claims["dtypes"].items():
+        if isinstance(dtypes, list):
+            claims["deviations_on"][d] = {
+                t: member(f"deviations_on({d!r}, {t!r})", on, d, t) if on is not None
+                else claims["deviations"] for t in dtypes if isinstance(t, str)}
+    flags = getattr(backend, "precision_flags", None)
+    claims["precision_flags"] = {d: member(f"precision_flags({d!r})", flags, d) if flags else {}
+                                 for d in available}
+    return claims
+
+
+class Host:
+    """The backend and the table of its arrays the judging process holds handles to."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.table: dict[int, object] = {}
+        self.next_id = -1  # results count down; the judging process's own handles count up
+
+    def handle(self, header: dict, arrays: list) -> tuple[dict, list]:
+        for i in header.get("free", []):
+            self.table.pop(i, None)
+        failed: dict[int, BaseException] = {}
+        for i, index, dtype, device in header.get("define", []):
+            try:
+                self.table[i] = self.backend.asarray(arrays[index], dtype=dtype, device=device)
+            except BaseException as exc:  # noqa: BLE001 - a fetch answers for each array
+                if header["op"] != "fetch":
+                    raise
+                failed[i] = exc
+        out: list = []
+        if header["op"] == "fetch":
+            return {"fetched": [self.fetch(i, failed, out) for i in header["ids"]]}, out
+        fn = getattr(self.backend, header["method"])
+        args = [self.decode(v, arrays) for v in header["args"]]
+        kwargs = {k: self.decode(v, arrays) for k, v in header["kwargs"].items()}
+        return {"ok": self.encode(fn(*args, **kwargs), out)}, out
+
+    def fetch(self, i: int, failed: dict, out: list) -> dict:
+        """:meth:`export` of array ``i``, or the error of its ``asarray`` or ``to_numpy``."""
+        try:
+            if i in failed:
+                raise failed[i]
+            return self.export(self.table[i], out, i)
+        except BaseException as exc:  # noqa: BLE001 - handed to the judging process
+            return error(exc)
+
+    def decode(self, v, arrays: list):
+        """A request's value: ``{"h": id}`` an array of the table, ``{"a": i}`` the i-th NumPy array
+        of the message, ``{"t": [...]}`` a tuple, ``{"params": [...]}`` :class:`MHAParams`,
+        ``{"d": {...}}`` a dict, lists and scalars as they are."""
+        if isinstance(v, list):
+            return [self.decode(x, arrays) for x in v]
+        if not isinstance(v, dict):
+            return v
+        (tag, x), = v.items()
+        if tag == "h":
+            return self.table[x]
+        if tag == "a":
+            return arrays[x]
+        if tag == "t":
+            return tuple(self.decode(y, arrays) for y in x)
+        if tag == "params":
+            return MHAParams(*(self.decode(y, arrays) for y in x))
+        return {k: self.decode(y, arrays) for k, y in x.items()}
+
+    def encode(self, v, out: list):
+        """A result as JSON: scalars as they are, tuples ``{"t"}``, lists, dicts ``{"d"}``,
+        :class:`AttentionOutputs` ``{"outputs"}``, and every other object as a backend array
+        (:meth:`export`)."""
+        if v is None or isinstance(v, (str, bool, int, float)):
+            return v
+        if isinstance(v, AttentionOutputs):
+            return {"outputs": {k: self.encode(x, out) for k, x in v._asdict().items()}}
+        if isinstance(v, tuple):
+            return {"t": [self.encode(x, out) for x in v]}
+        if isinstance(v, list):
+            return [self.encode(x, out) for x in v]
+        if isinstance(v, dict):
+            return {"d": {str(k): self.encode(x, out) for k, x in v.items()}}
+        i, self.next_id = self.next_id, self.next_id - 1
+        self.table[i] = v
+        return self.export(v, out, i)
+
+    def export(self, x, out: list, i: int) -> dict:
+        """``{"h": id, "a": index, "device": device_of}`` of the backend array ``x``, its
+        ``to_numpy`` appended to ``out``."""
+        array = np.asarray(self.backend.to_numpy(x))
+        if array.dtype.hasobject:
+            raise TypeError(f"to_numpy returned an array of dtype {array.dtype}")
+        out.append(array)
+        return {"h": i, "a": len(out) - 1, "device": str(self.backend.device_of(x))}
+
+
+def error(exc: BaseException) -> dict:
+    """An exception as JSON: its type's name, the names along its MRO, its message."""
+    return {"error": {"type": type(exc).__name__, "mro": [c.__name__ for c in type(exc).__mro__],
+                      "message": str(exc)[:4000]}}
+
+
+def serve(ref: str, fd_in: int, fd_out: int) -> int:
+    """Load ``ref``, send its claims (or why it could not), answer requests until EOF."""
+    try:
+        backend = load_backend(ref)
+        claims = read_claims(backend)
+    except BaseException as exc:  # noqa: BLE001 - the backend's import and constructor
+        wire.send(fd_out, {"load_error": f"{type(exc).__name__}: {exc}"[:4000]})
+        return 0
+    wire.send(fd_out, {"claims": claims})
+    host = Host(backend)
+    while True:
+        try:
+            header, arrays = wire.receive(fd_in)
+        except wire.WireClosed:
+            return 0
+        try:
+            reply, out = host.handle(header, arrays)
+        except BaseException as exc:  # noqa: BLE001 - handed to the judging process
+            reply, out = error(exc), []
+        wire.send(fd_out, reply, out)
+
+
+if __name__ == "__main__":
+    ref, fd_in, fd_out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - the backend reads nothing from the terminal
+    sys.exit(serve(ref, fd_in, fd_out))

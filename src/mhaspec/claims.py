@@ -1,0 +1,115 @@
+"""A backend's claims, read once, checked for type and frozen: what ``mhaspec certify`` uses for
+parametrizing the suite, judging and the certificate alike.
+
+The backend's process reads them (:func:`mhaspec.backend_host.read_claims`, plain JSON); here
+:func:`checked` turns that JSON into a :class:`Claims` or raises :class:`ClaimError` naming the member
+and what is wrong with it (a usage error of certify, before the run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from mhaspec.backends import ALL_DTYPES, CAPABILITIES
+
+OPS = ("sdpa", "mha")
+
+
+class ClaimError(ValueError):
+    """A claim of the wrong type or value (one line, naming the member)."""
+
+
+@dataclass(frozen=True)
+class Claims:
+    """Everything a backend says about itself. ``devices``: device -> None when usable, else the
+    reason; ``dtypes``: usable device -> dtypes; ``capabilities_for``: op -> capabilities, None
+    when the backend does not scope them; ``deviations_on``: usable device -> dtype -> clause key ->
+    reason; ``precision_flags``: usable device -> flag -> value."""
+
+    name: str
+    framework: str
+    framework_version: str
+    protocol_version: int
+    capabilities: frozenset
+    capabilities_for: Mapping[str, frozenset] | None
+    deviations: Mapping[str, str]
+    devices: Mapping[str, str | None]
+    dtypes: Mapping[str, tuple[str, ...]]
+    deviations_on: Mapping[str, Mapping[str, Mapping[str, str]]]
+    precision_flags: Mapping[str, Mapping[str, object]]
+
+
+def _str(what: str, v) -> str:
+    if not isinstance(v, str) or not v:
+        raise ClaimError(f"{what} must be a non-empty string, got {_kind(v)}")
+    return v
+
+
+def _kind(v) -> str:
+    if isinstance(v, dict) and set(v) == {"!"}:
+        return f"a {v['!']}"
+    return f"{type(v).__name__} {v!r:.60}"
+
+
+def _names(what: str, v, allowed) -> frozenset:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ClaimError(f"{what} must be a set of strings, got {_kind(v)}")
+    unknown = sorted(set(v) - set(allowed))
+    if unknown:
+        raise ClaimError(f"{what} names unknown values {unknown}")
+    return frozenset(v)
+
+
+def _ordered(what: str, v) -> tuple[str, ...]:
+    """Dtype names in the backend's order, each once."""
+    _names(what, v, ALL_DTYPES)
+    return tuple(dict.fromkeys(v))
+
+
+def _reasons(what: str, v) -> Mapping[str, str]:
+    if not isinstance(v, dict):
+        raise ClaimError(f"{what} must be a mapping of clause to reason, got {_kind(v)}")
+    for key, reason in v.items():
+        if not isinstance(reason, str):
+            raise ClaimError(f"{what}[{key!r}] must be a string (the reason), got {_kind(reason)}")
+    return MappingProxyType(dict(v))
+
+
+def _flags(what: str, v) -> Mapping[str, object]:
+    if not isinstance(v, dict) or any(isinstance(x, (dict, list)) for x in v.values()):
+        raise ClaimError(f"{what} must be a mapping of flag name to a plain value, got {_kind(v)}")
+    return MappingProxyType(dict(v))
+
+
+def checked(raw: dict) -> Claims:
+    """The :class:`Claims` of the JSON the backend's process sent; :class:`ClaimError` when a
+    member has the wrong type (a ``bool`` is no protocol version) or names unknown values."""
+    version = raw.get("protocol_version")
+    if type(version) is not int:
+        raise ClaimError(f"protocol_version must be an integer, got {_kind(version)}")
+    devices = raw.get("devices")
+    if not isinstance(devices, dict) or not devices or not all(
+            w is None or isinstance(w, str) for w in devices.values()):
+        raise ClaimError(f"devices() must map device names to None or a reason, got {_kind(devices)}")
+    capabilities = _names("capabilities", raw.get("capabilities"), CAPABILITIES)
+    scoped = raw.get("capabilities_for")
+    if scoped is not None:
+        scoped = MappingProxyType({op: _names(f"capabilities_for({op!r})", scoped.get(op),
+                                              CAPABILITIES) for op in OPS})
+    dtypes = {d: _ordered(f"dtypes({d!r})", raw.get("dtypes", {}).get(d))
+              for d, why in devices.items() if why is None}
+    on = raw.get("deviations_on", {})
+    return Claims(
+        name=_str("name", raw.get("name")), framework=_str("framework", raw.get("framework")),
+        framework_version=_str("framework_version()", raw.get("framework_version")),
+        protocol_version=version, capabilities=capabilities, capabilities_for=scoped,
+        deviations=_reasons("deviations", raw.get("deviations")),
+        devices=MappingProxyType(dict(devices)), dtypes=MappingProxyType(dtypes),
+        deviations_on=MappingProxyType({
+            d: MappingProxyType({t: _reasons(f"deviations_on({d!r}, {t!r})", on.get(d, {}).get(t))
+                                 for t in ts}) for d, ts in dtypes.items()}),
+        precision_flags=MappingProxyType({
+            d: _flags(f"precision_flags({d!r})", raw.get("precision_flags", {}).get(d))
+            for d in dtypes}))

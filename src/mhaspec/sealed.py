@@ -1,0 +1,297 @@
+"""The backend as the judging process of ``mhaspec certify`` holds it: a stand-in that follows the
+backend protocol and forwards every operation to the backend's own process.
+
+:func:`open_sealed` starts :class:`~mhaspec.backend_process.BackendProcess` for a reference, takes
+the claims it sends once, checks and freezes them (:mod:`mhaspec.claims`) and returns a
+:class:`SealedBackend`. Its claims are those frozen values, whatever the backend does later; its
+"backend arrays" are :class:`RemoteArray` handles: ``asarray`` keeps the NumPy array (sent with the
+first call that uses it), an operation sends its arguments and gets back ``to_numpy`` and
+``device_of`` of every array it returns, in one exchange timed as a whole (``asarray`` and
+``to_numpy`` included). The backend's exceptions come back as an exception of the builtin type
+they derive from (a ``ValueError`` stays a ``ValueError``) and the backend's type name, or as
+:class:`BackendRaised`; pytest's outcome exceptions raised by a backend (``xfail``, ``skip``) are
+plain failures here. A hang or a death of the process fails that call and the next call starts a
+new process (:mod:`mhaspec.backend_process`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import re
+import weakref
+
+import numpy as np
+
+from mhaspec import claims as claims_module
+from mhaspec.backend_process import BackendDied, BackendProcess
+from mhaspec.backends import AttentionOutputs, MHAParams
+
+OPERATIONS = ("split_heads", "combine_heads", "scaled_dot_product_attention",
+              "multi_head_attention", "mha_vjp")
+
+
+class SealedError(Exception):
+    """The backend could not be started or its claims are wrong (one line)."""
+
+
+class BackendRaised(Exception):
+    """An exception of the backend that is no builtin ``Exception`` (its type name leads the
+    message)."""
+
+
+class RemoteArray:
+    """A backend array held by the backend's process (``id`` in its table), or a NumPy array not
+    yet sent (``source``). ``numpy`` / ``device``: ``to_numpy`` and ``device_of`` as last read
+    (None once the array was passed to an operation, which may change it)."""
+
+    __slots__ = ("id", "generation", "source", "dtype", "device_name", "numpy", "device",
+                 "__weakref__")
+
+    def __init__(self, id_, *, generation=None, source=None, dtype=None, device_name=None,
+                 numpy=None, device=None) -> None:
+        self.id, self.generation, self.source = id_, generation, source
+        self.dtype, self.device_name = dtype, device_name
+        self.numpy, self.device = numpy, device
+
+    def __repr__(self) -> str:
+        return f"<array {self.id} of the backend's process>"
+
+
+def _exception_type(names: list[str]) -> type:
+    """The class a backend exception is raised as: named as the backend's, deriving from the first
+    builtin ``Exception`` class along its MRO names (else :class:`BackendRaised`)."""
+    base = next((b for n in names[:32] if isinstance(b := getattr(builtins, str(n), None), type)
+                 and issubclass(b, Exception)), BackendRaised)
+    name = re.sub(r"\W", "_", str(names[0]))[:60] if names else "BackendError"
+    return base if base.__name__ == name else _subclass(name, base)
+
+
+_subclasses: dict = {}
+
+
+def _subclass(name: str, base: type) -> type:
+    key = (name, base)
+    if key not in _subclasses:
+        _subclasses[key] = type(name, (base,), {"__module__": "backend"})
+    return _subclasses[key]
+
+
+class SealedBackend:
+    """The backend protocol (:class:`mhaspec.backends.Backend`) over a :class:`BackendProcess`,
+    with claims frozen at start (:class:`mhaspec.claims.Claims`)."""
+
+    def __init__(self, process: BackendProcess, claims: claims_module.Claims,
+                 call_timeout: float | None) -> None:
+        self.process, self.claims, self.call_timeout = process, claims, call_timeout
+        self.name, self.framework = claims.name, claims.framework
+        self.protocol_version = claims.protocol_version
+        self.capabilities = claims.capabilities
+        self.deviations = claims.deviations
+        self.capabilities_for = None if claims.capabilities_for is None else self._scoped
+        self._ids = itertools.count(1)
+        self._released: list[tuple[int, int]] = []  # (generation, id) no longer held here
+        self._unread: weakref.WeakSet = weakref.WeakSet()  # arrays whose numpy is not known
+
+    # -- claims: the frozen values ------------------------------------------------------------
+    def framework_version(self) -> str:
+        return self.claims.framework_version
+
+    def devices(self) -> dict:
+        return dict(self.claims.devices)
+
+    def dtypes(self, device: str) -> tuple:
+        return self.claims.dtypes.get(device, ())
+
+    def deviations_on(self, device: str, dtype: str):
+        return self.claims.deviations_on.get(device, {}).get(dtype, self.deviations)
+
+    def precision_flags(self, device: str) -> dict:
+        return dict(self.claims.precision_flags.get(device, {}))
+
+    def _scoped(self, op: str) -> frozenset:
+        return self.claims.capabilities_for[op]
+
+    # -- arrays ---------------------------------------------------------------------------------
+    def asarray(self, x, *, dtype: str, device: str = "cpu") -> RemoteArray:
+        handle = RemoteArray(next(self._ids), source=np.asarray(x), dtype=dtype, device_name=device)
+        self._unread.add(handle)
+        return handle
+
+    def to_numpy(self, x: RemoteArray) -> np.ndarray:
+        if x.numpy is None:
+            self._fetch(x)
+        return x.numpy
+
+    def device_of(self, x: RemoteArray) -> str:
+        if x.device is None:
+            self._fetch(x)
+        return x.device
+
+    # -- operations -----------------------------------------------------------------------------
+    def split_heads(self, *args, **kwargs):
+        return self._call("split_heads", args, kwargs)
+
+    def combine_heads(self, *args, **kwargs):
+        return self._call("combine_heads", args, kwargs)
+
+    def scaled_dot_product_attention(self, *args, **kwargs):
+        return self._call("scaled_dot_product_attention", args, kwargs)
+
+    def multi_head_attention(self, *args, **kwargs):
+        return self._call("multi_head_attention", args, kwargs)
+
+    def mha_vjp(self, *args, **kwargs):
+        return self._call("mha_vjp", args, kwargs)
+
+    def close(self) -> None:
+        self.process.stop()
+
+    def __repr__(self) -> str:
+        return f"<mhaspec backend {self.name} (own process)>"
+
+    # -- the exchange ---------------------------------------------------------------------------
+    def _call(self, method: str, args: tuple, kwargs: dict):
+        self.process.ensure()
+        out: dict = {"define": [], "arrays": [], "touched": [], "new": []}
+        header = {"op": "call", "method": method,
+                  "args": [self._encode(a, out) for a in args],
+                  "kwargs": {k: self._encode(v, out) for k, v in kwargs.items()}}
+        try:
+            reply, arrays = self._exchange(header, out, method)
+        finally:
+            for handle in out["touched"]:  # the operation may have changed them
+                handle.numpy = handle.device = None
+                self._unread.add(handle)
+        return self._decode(reply["ok"], arrays)
+
+    def _fetch(self, x: RemoteArray) -> None:
+        """``to_numpy`` and ``device_of`` of ``x``, and in the same exchange of every other array
+        not read since it was made or passed to an operation (the suite reads them next: one
+        exchange instead of one each). Only ``x``'s failure is an error."""
+        self.process.ensure()
+        out: dict = {"define": [], "arrays": [], "touched": [], "new": []}
+        handles = [x, *(h for h in self._unread if h is not x
+                        and (h.generation == self.process.generation or h.source is not None))]
+        ids = [self._encode(h, out)["h"] for h in handles]
+        reply, arrays = self._exchange({"op": "fetch", "ids": ids}, out, "to_numpy")
+        fetched = reply.get("fetched")
+        if not isinstance(fetched, list) or len(fetched) != len(handles):
+            raise BackendDied(f"{self.name}.to_numpy: malformed answer from the backend's process")
+        for handle, got in zip(handles, fetched):
+            if isinstance(got, dict) and "error" in got:
+                if handle is x:
+                    self._raise(got["error"], "to_numpy")
+                if handle in out["new"]:
+                    handle.generation = None
+                continue
+            self._decode(got, arrays, into=handle)
+            self._unread.discard(handle)
+
+    def _raise(self, err, what: str):
+        """Raise the backend's exception ``err`` (:func:`mhaspec.backend_host.error`)."""
+        names = err.get("mro") if isinstance(err, dict) else None
+        message = str(err.get("message", "")) if isinstance(err, dict) else ""
+        if not isinstance(names, list) or not names:
+            raise BackendDied(f"{self.name}.{what}: malformed answer from the backend's process")
+        kind = _exception_type(names)
+        prefix = f"{names[0]}: " if kind is BackendRaised else ""
+        raise kind(prefix + message)
+
+    def _exchange(self, header: dict, out: dict, what: str):
+        generation = self.process.generation
+        released = [i for g, i in self._released if g == generation]
+        self._released = []
+        reply, arrays = self.process.request(
+            {**header, "define": out["define"], "free": released}, out["arrays"],
+            limit=self.call_timeout, what=f"{self.name}.{what}")
+        if "error" in reply:
+            for handle in out["new"]:  # not in the process's table: sent again when used again
+                handle.generation = None
+            self._raise(reply["error"], what)
+        if not isinstance(reply, dict) or ("ok" not in reply and "fetched" not in reply):
+            raise BackendDied(f"{self.name}.{what}: malformed answer from the backend's process")
+        return reply, arrays
+
+    def _encode(self, v, out: dict):
+        """A request value (:func:`mhaspec.backend_host.Host.decode`); handles not yet in the
+        current process are defined from their NumPy source."""
+        if isinstance(v, RemoteArray):
+            if v.generation != self.process.generation:
+                if v.source is None:
+                    raise BackendDied(f"{self.name}: an array of a backend process that was "
+                                      f"stopped was passed on")
+                out["define"].append([v.id, len(out["arrays"]), v.dtype, v.device_name])
+                out["arrays"].append(v.source)
+                out["new"].append(v)
+                v.generation = self.process.generation
+                weakref.finalize(v, self._released.append, (v.generation, v.id))
+            out["touched"].append(v)
+            return {"h": v.id}
+        if isinstance(v, MHAParams):
+            return {"params": [self._encode(x, out) for x in v]}
+        if isinstance(v, np.ndarray):
+            out["arrays"].append(v)
+            return {"a": len(out["arrays"]) - 1}
+        if isinstance(v, np.generic):
+            return v.item()
+        if isinstance(v, tuple):
+            return {"t": [self._encode(x, out) for x in v]}
+        if isinstance(v, list):
+            return [self._encode(x, out) for x in v]
+        if isinstance(v, dict):
+            return {"d": {str(k): self._encode(x, out) for k, x in v.items()}}
+        if v is None or isinstance(v, (str, bool, int, float)):
+            return v
+        raise TypeError(f"cannot send a {type(v).__name__} to the backend's process")
+
+    def _decode(self, v, arrays: list, into: RemoteArray | None = None):
+        """A result value (:func:`mhaspec.backend_host.Host.encode`; ``into``: the handle a fetched
+        array is read into); anything malformed is :class:`BackendDied`."""
+        try:
+            return self._decode_value(v, arrays, into)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise BackendDied(f"{self.name}: malformed answer from the backend's process") from None
+
+    def _decode_value(self, v, arrays: list, into):
+        if isinstance(v, list):
+            return [self._decode_value(x, arrays, None) for x in v]
+        if not isinstance(v, dict):
+            if v is None or isinstance(v, (str, bool, int, float)):
+                return v
+            raise TypeError(v)
+        if "h" in v:
+            handle = into or RemoteArray(int(v["h"]), generation=self.process.generation)
+            handle.numpy, handle.device = arrays[v["a"]], str(v["device"])
+            if into is None:
+                weakref.finalize(handle, self._released.append, (handle.generation, handle.id))
+            return handle
+        (tag, x), = v.items()
+        if tag == "t":
+            return tuple(self._decode_value(y, arrays, None) for y in x)
+        if tag == "d":
+            return {str(k): self._decode_value(y, arrays, None) for k, y in x.items()}
+        if tag == "outputs":
+            return AttentionOutputs(**{k: self._decode_value(y, arrays, None) for k, y in x.items()
+                                       if k in AttentionOutputs._fields})
+        raise ValueError(tag)
+
+
+def open_sealed(ref: str, *, call_timeout: float | None) -> SealedBackend:
+    """Start the backend ``ref`` in its own process and freeze its claims; :class:`SealedError`
+    (one line) when it cannot load, its claims cannot be read or have the wrong type."""
+    process = BackendProcess(ref)
+    try:
+        first = process.start()
+    except BaseException as exc:
+        process.stop()
+        raise SealedError(f"backend {ref!r} could not start: {exc}") from None
+    if "claims" not in first:
+        process.stop()
+        raise SealedError(f"backend {ref!r} failed to load: {first.get('load_error', first)}")
+    try:
+        frozen = claims_module.checked(first["claims"])
+    except (claims_module.ClaimError, AttributeError, TypeError) as exc:
+        process.stop()
+        raise SealedError(f"backend {ref!r}: {exc}") from None
+    return SealedBackend(process, frozen, call_timeout)

@@ -1,0 +1,110 @@
+"""The message format between ``mhaspec certify`` and its backend process: plain JSON and arrays.
+
+One message is a frame: 8 bytes (little-endian length of the header), the header as UTF-8 JSON
+(an object), then one NumPy ``.npy`` buffer per entry of the header's ``"arrays"`` list (each entry
+its byte length). Arrays are read with ``allow_pickle=False``: object arrays cannot cross, and
+nothing either side sends is ever unpickled. Reading and writing a non-blocking descriptor take a
+deadline (``time.monotonic()`` seconds, None: none) and raise :class:`WireTimeout` past it, :class:`WireClosed`
+when the other side has gone, :class:`WireError` for a frame that breaks the format.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import select
+import struct
+import time
+
+import numpy as np
+
+#: the largest header and the largest message this format accepts (bytes)
+MAX_HEADER = 16 << 20
+MAX_MESSAGE = 4 << 30
+
+
+class WireError(Exception):
+    """A frame that breaks the format (one line)."""
+
+
+class WireClosed(WireError):
+    """The other side closed its end (it exited or died)."""
+
+
+class WireTimeout(WireError):
+    """The deadline passed before the frame was read or written."""
+
+
+def encode(header: dict, arrays: list[np.ndarray] = ()) -> bytes:
+    """The frame of ``header`` (JSON-serialisable) and ``arrays`` (non-object NumPy arrays)."""
+    buffers = []
+    for a in arrays:
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.asarray(a), allow_pickle=False)
+        buffers.append(buf.getvalue())
+    head = json.dumps({**header, "arrays": [len(b) for b in buffers]}).encode("utf-8")
+    return b"".join([struct.pack("<Q", len(head)), head, *buffers])
+
+
+def send(fd: int, header: dict, arrays: list[np.ndarray] = (), deadline: float | None = None) -> None:
+    """Write one frame to the file descriptor ``fd`` (blocking or not)."""
+    view = memoryview(encode(header, arrays))
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:  # a non-blocking pipe that is full: wait for the reader
+            _wait(fd, deadline, write=True)
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            raise WireClosed("the other side closed the pipe") from None
+        view = view[n:]
+
+
+def receive(fd: int, deadline: float | None = None) -> tuple[dict, list[np.ndarray]]:
+    """Read one frame from ``fd``: its header (without ``"arrays"``) and its arrays."""
+    (size,) = struct.unpack("<Q", _read(fd, 8, deadline))
+    if size > MAX_HEADER:
+        raise WireError(f"header of {size} bytes (at most {MAX_HEADER})")
+    try:
+        header = json.loads(_read(fd, size, deadline).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WireError(f"header is not JSON: {exc}") from None
+    lengths = header.pop("arrays", None) if isinstance(header, dict) else None
+    if not isinstance(lengths, list) or not all(type(n) is int and n >= 0 for n in lengths) \
+            or sum(lengths) > MAX_MESSAGE:
+        raise WireError("header is not an object with a list of array lengths")
+    arrays = []
+    for n in lengths:
+        try:
+            arrays.append(np.lib.format.read_array(io.BytesIO(_read(fd, n, deadline)),
+                                                   allow_pickle=False))
+        except (ValueError, OSError, EOFError) as exc:
+            raise WireError(f"array buffer is not a plain .npy array: {exc}") from None
+    return header, arrays
+
+
+def _read(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks, left = [], n
+    while left:
+        try:
+            chunk = os.read(fd, min(left, 1 << 20))
+        except BlockingIOError:  # a non-blocking pipe that is empty: wait for the writer
+            _wait(fd, deadline, write=False)
+            continue
+        if not chunk:
+            raise WireClosed("the other side closed the pipe")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _wait(fd: int, deadline: float | None, *, write: bool) -> None:
+    """Wait until ``fd`` is ready, or raise :class:`WireTimeout` at ``deadline``."""
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise WireTimeout("deadline passed")
+        ready = select.select([], [fd], [], left) if write else select.select([fd], [], [], left)
+        if ready[0] or ready[1]:
+            return
