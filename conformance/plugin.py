@@ -32,7 +32,8 @@ capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametri
 argument over backend x device x dtype. Skips and deviations are data, applied here as marks:
 an unclaimed capability is skipped as "not implemented", an absent device is skipped with its
 reason, and a clause the backend declares a deviation from is ``xfail(strict=True)`` — so a
-declaration that no longer deviates fails as stale. A testable clause that no collected test names
+declaration that no longer deviates fails as stale. Any other xfail (``pytest.xfail()`` raised by a
+backend, a mark the suite did not set) is a failure (:func:`foreign_xfail`). A testable clause that no collected test names
 is a usage error.
 """
 
@@ -55,6 +56,8 @@ from . import (clause_capabilities, conditions, diagnosis, harness, scheduling, 
                tolerance, verdicts)
 
 NOT_IMPLEMENTED = "not implemented"
+#: how the reason of the suite's own xfail mark, a declared deviation, starts
+DECLARED = "declared deviation: "
 OPS = harness.OPS
 #: seconds a backend call may take unless ``--mhaspec-call-timeout`` says otherwise
 DEFAULT_CALL_TIMEOUT = 60.0
@@ -314,7 +317,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
                                + (f" for {scope}" if set(missing) <= set(backend.capabilities) else "")))
                 elif declared:
                     marks.append(pytest.mark.xfail(
-                        strict=True, reason="declared deviation: " + "; ".join(
+                        strict=True, reason=DECLARED + "; ".join(
                             f"{c}: {deviations[c]}" for c in declared)))
                 impl = harness.Impl(backend, device, dtype)
                 if op is None:
@@ -510,9 +513,26 @@ def _no_shrink_after_a_failure(item: pytest.Item):
     return restore
 
 
-@pytest.hookimpl(wrapper=True)
+def foreign_xfail(item: pytest.Item, call) -> str | None:
+    """Why an expected failure of ``item`` is not the suite's (None when it is): the test raised
+    pytest's xfail exception (a backend's code, not a declaration), or an xfail mark other than the
+    suite's strict declared-deviation mark applies. Such an xfail is a failure."""
+    if call.excinfo is not None and call.excinfo.errisinstance(pytest.xfail.Exception):
+        return f"pytest.xfail() raised during the test ({call.excinfo.value})"
+    for mark in item.iter_markers("xfail"):
+        if mark.kwargs.get("strict") is not True or not str(mark.kwargs.get("reason", "")).startswith(
+                DECLARED):
+            return f"an xfail mark the suite did not set ({mark.kwargs.get('reason', '')!r:.200})"
+    return None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: sees the report skipping made
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
+    if report.when == "call" and hasattr(report, "wasxfail") and (why := foreign_xfail(item, call)):
+        del report.wasxfail
+        report.outcome = "failed"
+        report.longrepr = f"an expected failure the suite did not declare is a failure: {why}"
     record = _record(item)
     if record is not None:
         del record["why"]

@@ -143,7 +143,7 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
     with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
         ini = pathlib.Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", "utf-8")
-        full = [*args, "-c", str(ini), "--rootdir", tmp, "--noconftest"]
+        full = ["--noconftest", *args, "-c", str(ini), "--rootdir", tmp]
         hypothesis_home = pathlib.Path(tmp) / "hypothesis"
         errors = io.StringIO()
         with _environment(PYTEST_ADDOPTS=None, HYPOTHESIS_STORAGE_DIRECTORY=str(hypothesis_home)):

@@ -1,0 +1,314 @@
+"""``mhaspec certify`` against a backend that wants a certificate it did not earn (issue 22).
+
+The backend runs in a process of its own (:mod:`mhaspec.sealed`): it cannot patch the judge, see
+the test, hang or crash the run, pass by raising pytest's xfail, or change its claims between the
+run and the certificate. Each test builds its backend here, certifies it as a third party would
+(``module:attr``, in a subprocess like a user's shell) on one test or one chapter, and names the
+behaviour of the old in-process certify it reproduces.
+
+Axis legend: none (the subjects are certificates and processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+BACKENDS = '''
+import ctypes
+import itertools
+import os
+import signal
+import time
+
+import numpy as np
+
+from mhaspec.backends.np_backend import NumpyBackend
+
+
+class Heads(NumpyBackend):
+    capabilities = frozenset({"heads"})
+
+    def __init__(self, name):
+        super().__init__("batched")
+        self.name = name
+
+
+class RaisesXfail(Heads):
+    """Every operation raises pytest's xfail: the old certify counted each as a deviation."""
+
+    def split_heads(self, x, num_heads):
+        import pytest
+
+        pytest.xfail("declared deviation: none")
+
+
+class Shifting(Heads):
+    """Claims float64 on cpu and a deviation of HEAD-1 there at first; on later reads three dtypes,
+    a CUDA device and no deviation."""
+
+    reads = {"devices": itertools.count(), "dtypes": itertools.count(),
+             "deviations_on": itertools.count()}
+
+    def devices(self):
+        return {"cpu": None} if next(self.reads["devices"]) == 0 else {"cpu": None, "cuda": None}
+
+    def dtypes(self, device):
+        return ("float64",) if next(self.reads["dtypes"]) == 0 else ("float64", "float32", "float16")
+
+    def deviations_on(self, device, dtype):
+        return {"HEAD-1": "reads differently"} if next(self.reads["deviations_on"]) == 0 else {}
+
+
+class OnlyInHarness(Heads):
+    """Right only while a conformance test item is set (it can see the harness's state)."""
+
+    def split_heads(self, x, num_heads):
+        from mhaspec.conformance import harness
+
+        out = super().split_heads(x, num_heads)
+        return out if harness.current_item.get() is not None else out * 0
+
+
+class ZeroAttention(NumpyBackend):
+    """SDPA output all zeros; the module's import replaced the judge (see below)."""
+
+    capabilities = frozenset({"sdpa", "weights"})
+
+    def __init__(self):
+        super().__init__("batched")
+        self.name = "zero-attention"
+
+    def scaled_dot_product_attention(self, q, k, v, **kw):
+        out, w = super().scaled_dot_product_attention(q, k, v, **kw)
+        return out * 0, w
+
+
+def wrong(member, value):
+    """A heads backend whose ``member`` is ``value``."""
+    backend = Heads("wrong-types")
+    setattr(backend, member, value)
+    return backend
+
+
+def no_devices():
+    raise RuntimeError("no devices today")
+
+
+class Misbehaves(Heads):
+    """split_heads misbehaves (see HOW) in the float16 cell only: the other cells must pass."""
+
+    HOW = None
+
+    def split_heads(self, x, num_heads):
+        if x.dtype == np.float16:
+            if self.HOW == "ignored-alarm":
+                signal.signal(signal.SIGALRM, signal.SIG_IGN)
+                while True:
+                    pass
+            if self.HOW == "blocked-signals":  # a C-level wait no signal reaches
+                signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals))
+                time.sleep(3600)
+            if self.HOW == "segfault":
+                ctypes.string_at(0)
+            if self.HOW == "exit":
+                os._exit(3)
+        return super().split_heads(x, num_heads)
+
+    def to_numpy(self, x):
+        if self.HOW == "to-numpy-hang" and x.dtype == np.float16:
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            while True:
+                pass
+        return super().to_numpy(x)
+
+
+def misbehaving(how):
+    backend = Misbehaves("misbehaves")
+    backend.HOW = how
+    return backend
+
+
+XFAIL = RaisesXfail("raises-xfail")
+SHIFTING = Shifting("shifting")
+ONLY_IN_HARNESS = OnlyInHarness("only-in-harness")
+ZERO = ZeroAttention()
+IGNORED_ALARM = misbehaving("ignored-alarm")
+BLOCKED_SIGNALS = misbehaving("blocked-signals")
+SEGFAULT = misbehaving("segfault")
+EXIT = misbehaving("exit")
+TO_NUMPY_HANG = misbehaving("to-numpy-hang")
+PROTOCOL_STR = wrong("protocol_version", "1")
+FRAMEWORK_INT = wrong("framework", 3)
+FLAGS_LIST = wrong("precision_flags", lambda device: ["tf32"])
+DEVIATION_INT = wrong("deviations", {"HEAD-1": 1})
+DEVICES_RAISE = wrong("devices", no_devices)
+
+# replacing the judge at import: in-process, every comparison then passed
+from mhaspec.conformance import tolerance as _tolerance
+
+_tolerance.judge = lambda *a, **k: _tolerance.Verdict(True, 0.0, 1.0, 0.0, 0.0, None)
+'''
+
+#: the heads chapter's tests (HEAD-1, HEAD-2 and INPUT-1's split/combine test): a cheap selection
+HEADS_ONLY = ("-k", "split_heads")
+
+
+@pytest.fixture()
+def work(tmp_path) -> pathlib.Path:
+    (tmp_path / "hostile_backends.py").write_text(BACKENDS, "utf-8")
+    return tmp_path
+
+
+def certify(cwd: pathlib.Path, ref: str, *args: str, timeout: float = 300, path=None):
+    """``mhaspec certify`` of ``hostile_backends:ref`` in ``cwd`` (``path``: first on PYTHONPATH)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env["PYTHONPATH"] = os.pathsep.join([*([str(path)] if path else []), str(cwd),
+                                         os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "mhaspec.cli", "certify", f"hostile_backends:{ref}",
+                           "--profile", "ci", "--seed", "0", "--output-dir", "certs", *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def certificate(cwd: pathlib.Path, stem: str) -> dict:
+    return json.loads((cwd / "certs" / f"{stem}.json").read_text("utf-8"))
+
+
+def clause(cert: dict, cid: str) -> dict:
+    return next(c for c in cert["clauses"] if c["id"] == cid)
+
+
+def output(proc) -> str:
+    return proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_a_backend_raising_xfail_fails_and_declares_nothing(work):
+    """Old: 'conforms (69 deviation, 2 pass)', exit 0, with no deviation declared."""
+    proc = certify(work, "XFAIL", "--", *HEADS_ONLY)
+    assert proc.returncode == 1, output(proc)
+    cert = certificate(work, "raises-xfail")
+    assert clause(cert, "HEAD-1")["verdict"] == "fail"
+    assert not any(c["verdict"] == "deviation" for c in cert["clauses"])
+
+
+def test_a_backend_raising_xfail_fails_in_the_in_process_plugin_too(work, tmp_path):
+    report = tmp_path / "report.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance",
+                           "--backend", "hostile_backends:XFAIL", "--mhaspec-profile", "ci",
+                           "-k", "test_split_heads_gives", "--mhaspec-report", str(report),
+                           "-p", "no:cacheprovider", "-q"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=300)
+    outcomes = {r["outcome"] for r in json.loads(report.read_text("utf-8"))}
+    assert outcomes == {"fail"}, (outcomes, output(proc))
+    assert proc.returncode == 1
+
+
+def test_claims_are_read_once_and_used_for_the_run_and_the_certificate(work):
+    """Old: claims read again for the certificate: float32/16 and a CUDA device claimed that never
+    ran, and a deviation judged while parametrizing missing from the certificate."""
+    proc = certify(work, "SHIFTING", "--", *HEADS_ONLY)
+    cert = certificate(work, "shifting")
+    assert set(cert["environment"]["devices"]) == {"cpu"}, output(proc)
+    assert cert["environment"]["devices"]["cpu"]["dtypes"] == ["float64"]
+    assert set(cert["backend"]["deviations"]) == {"HEAD-1"}
+    assert clause(cert, "HEAD-1")["verdict"] == "stale-deviation"
+    assert all(cell == "cpu/float64" for c in cert["clauses"] for cell in c["ran_on"])
+
+
+@pytest.mark.parametrize("ref, words", [
+    ("PROTOCOL_STR", ["protocol_version", "integer"]), ("FRAMEWORK_INT", ["framework", "string"]),
+    ("FLAGS_LIST", ["precision_flags", "mapping"]), ("DEVIATION_INT", ["deviations", "HEAD-1"]),
+    ("DEVICES_RAISE", ["devices()", "RuntimeError", "no devices today"])])
+def test_claims_of_the_wrong_type_are_a_usage_error_before_the_run(work, ref, words):
+    """Old: the whole run thrown away with a traceback after it ended."""
+    proc = certify(work, ref)
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mhaspec: error: "), output(proc)
+    assert all(w in lines[0] for w in words), (words, lines[0])
+    assert "mhaspec certify:" not in proc.stdout  # the suite did not start
+
+
+def test_a_seed_that_is_not_an_integer_is_a_usage_error_before_the_run(work):
+    proc = certify(work, "SHIFTING", "--", "--hypothesis-seed=abc")
+    assert proc.returncode == 2 and "--hypothesis-seed" in proc.stderr, output(proc)
+    assert "mhaspec certify:" not in proc.stdout
+
+
+def installed_copy(site: pathlib.Path) -> pathlib.Path:
+    """A copy of the installed mhaspec package in ``site`` (first on PYTHONPATH, it is imported
+    instead of the installed one: the layout of a project-local virtual environment)."""
+    import importlib
+
+    import mhaspec
+
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(pathlib.Path(mhaspec.__file__).parent, site / "mhaspec", ignore=skip)
+    for sub in ("spec", "backends", "conformance"):
+        source = pathlib.Path(importlib.import_module(f"mhaspec.{sub}").__file__).parent
+        shutil.copytree(source, site / "mhaspec" / sub, ignore=skip, dirs_exist_ok=True)
+    return site
+
+
+def test_a_conftest_above_the_installed_package_is_not_loaded(work):
+    """Old: a conftest.py in an ancestor directory of the installed package (a project root over
+    its .venv) joined the run; one that turns failures into passes made a failing backend conform."""
+    flip = ("import pytest\n\n@pytest.hookimpl(wrapper=True)\n"
+            "def pytest_runtest_makereport(item, call):\n"
+            "    report = yield\n    report.outcome = 'passed'\n    return report\n")
+    (work / "conftest.py").write_text(flip, "utf-8")
+    site = installed_copy(work / ".venv" / "site")
+    proc = certify(work, "ONLY_IN_HARNESS", "--", *HEADS_ONLY, path=site)
+    assert proc.returncode == 1, output(proc)
+    assert clause(certificate(work, "only-in-harness"), "HEAD-1")["verdict"] == "fail"
+
+
+def test_in_process_certify_runs_pytest_without_conftest_files():
+    """The suite ships no conftest.py, so --noconftest loses nothing of its own."""
+    from mhaspec import conformance
+
+    assert not list(pathlib.Path(conformance.__file__).parent.rglob("conftest.py"))
+
+
+def test_a_backend_that_replaces_the_judge_at_import_does_not_conform(work):
+    """Old: 'conforms (71 pass)' and a valid verify: the import ran in the judging process."""
+    proc = certify(work, "ZERO", "--", "-k", "test_attention_equals_softmax")
+    assert proc.returncode == 1, output(proc)
+    assert clause(certificate(work, "zero-attention"), "SDPA-1")["verdict"] == "fail"
+
+
+def test_a_backend_cannot_see_the_test_it_is_in(work):
+    """Old: right only while a test item was set, it conformed; replay showed it does not."""
+    proc = certify(work, "ONLY_IN_HARNESS", "--", *HEADS_ONLY)
+    assert proc.returncode == 1, output(proc)
+    assert clause(certificate(work, "only-in-harness"), "HEAD-1")["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("ref, words", [
+    ("IGNORED_ALARM", ["per-call time limit of 0.5 s"]),
+    ("BLOCKED_SIGNALS", ["per-call time limit of 0.5 s"]),
+    ("TO_NUMPY_HANG", ["per-call time limit of 0.5 s"]),
+    ("SEGFAULT", ["died (SIGSEGV)"]),
+    ("EXIT", ["exited with status 3"])])
+def test_a_hang_or_a_crash_fails_that_call_and_the_run_goes_on(work, ref, words):
+    """Old: an ignored SIGALRM or a C-level wait hung certify for ever, a segfault or os._exit
+    ended it with no certificate. Now the float16 cell fails with the cause named, the backend's
+    process is restarted and the float32 and float64 cells pass."""
+    proc = certify(work, ref, "--call-timeout", "0.5", "--", *HEADS_ONLY, timeout=240)
+    assert proc.returncode == 1, output(proc)
+    cert = certificate(work, "misbehaves")
+    head1 = clause(cert, "HEAD-1")
+    assert head1["verdict"] == "fail", head1
+    assert all(any(w in m for w in words) for m in head1["failures"]), head1["failures"]
+    assert cert["run"]["backend_restarts"] >= 1
+    assert cert["run"]["backend_process"] == "sealed"
+    assert all("float16" in m for m in head1["failures"]), head1["failures"]
+    assert set(head1["ran_on"]) == {"cpu/float64", "cpu/float32", "cpu/float16"}
