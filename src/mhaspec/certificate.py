@@ -158,7 +158,8 @@ def check_consistency(cert: dict) -> list[str]:
     * every claimed device x dtype cell appears in some clause's ``ran_on`` or ``not_run_on``
       (unless nothing was checked);
     * the summary's verdict and counts are those :func:`~mhaspec.conformance.verdicts.overall_verdict`
-      and :func:`~mhaspec.conformance.verdicts.count_verdicts` compute from the clauses.
+      and :func:`~mhaspec.conformance.verdicts.count_verdicts` compute from the clauses;
+    * the backend did not run inside the judging process (:func:`backend_process`).
     """
     from mhaspec.backends.validation import REJECTION_CLAUSES
     from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, entry_problem,
@@ -209,7 +210,8 @@ def check_consistency(cert: dict) -> list[str]:
         raise CertificateError(f"it claims {', '.join(sorted(cells - covered))}, where no clause "
                                f"ran (nor is recorded as not run)")
     testable = sum(t for _, _, t in known)
-    return [f"consistency: the {len(known)} clauses of spec {version} ({testable} testable) each "
+    return [backend_process(cert),
+            f"consistency: the {len(known)} clauses of spec {version} ({testable} testable) each "
             f"present once with their titles",
             f"consistency: each clause's verdict is supported by its runs, the claimed "
             f"capabilities and the declared deviations; every claimed cell "
@@ -249,6 +251,21 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
             key.partition("@")[0] == cid for key in backend["deviations"]):
         raise CertificateError(f"clause {cid} has the verdict {verdict!r}, but the backend "
                                f"declares no deviation of {cid}")
+
+
+def backend_process(cert: dict) -> str:
+    """Where the certified backend ran, as a line; :class:`CertificateError` for a certificate
+    that says it ran inside the judging process (``mhaspec certify`` issues none such)."""
+    run = cert.get("run", {})
+    where = run.get("backend_process")
+    if where == "in-process":
+        raise CertificateError("the backend ran inside the judging process: certificates are issued "
+                               "through the sealed path only (`mhaspec certify`)")
+    if where is None:
+        return ("backend process: not recorded (issued before the sealed path: the backend ran "
+                "inside the judging process)")
+    return (f"backend process: its own, sealed from the judge (restarted "
+            f"{run.get('backend_restarts', 0)} times after a hang or a crash)")
 
 
 def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
@@ -389,7 +406,12 @@ def to_markdown(cert: dict) -> str:
              f"| hypothesis | profile {hyp['profile']}, seed {hyp['seed']}, "
              + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
              + f"{hyp['backend_calls']} backend calls |",
-             f"| issued | {md_text(cert['issued'])} |", "",
+             f"| issued | {md_text(cert['issued'])} |",
+             f"| backend process | "
+             + ({"sealed": f"its own, sealed from the judge; restarted "
+                           f"{cert['run'].get('backend_restarts', 0)} times"}.get(
+                 cert.get("run", {}).get("backend_process"), "the judging process (not sealed)"))
+             + " |", "",
              "| clause | title | verdict | worst NUM-3 ratio | runs | ran on |",
              "|---|---|---|---|---|---|"]
     for c in cert["clauses"]:
