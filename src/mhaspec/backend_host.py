@@ -150,8 +150,9 @@ class Host:
         """``{"h": id, "a": index, "device": device_of}`` of the backend array ``x``, its
         ``to_numpy`` appended to ``out``."""
         array = np.asarray(self.backend.to_numpy(x))
-        if array.dtype.hasobject:
-            raise TypeError(f"to_numpy returned an array of dtype {array.dtype}")
+        if not wire.DTYPE.fullmatch(array.dtype.str):
+            raise TypeError(f"to_numpy returned an array of dtype {array.dtype} (booleans and "
+                            f"numbers only)")
         out.append(array)
         return {"h": i, "a": len(out) - 1, "device": str(self.backend.device_of(x))}
 

@@ -79,7 +79,11 @@ def _subclass(name: str, base: type) -> type:
 
 class SealedBackend:
     """The backend protocol (:class:`mhaspec.backends.Backend`) over a :class:`BackendProcess`,
-    with claims frozen at start (:class:`mhaspec.claims.Claims`)."""
+    with claims frozen at start (:class:`mhaspec.claims.Claims`). It times every exchange itself
+    (``call_timeout``; the start of a new process has its own limit), so the suite's own per-call
+    timer leaves it alone (``times_its_calls``)."""
+
+    times_its_calls = True
 
     def __init__(self, process: BackendProcess, claims: claims_module.Claims,
                  call_timeout: float | None) -> None:

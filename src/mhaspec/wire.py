@@ -1,18 +1,21 @@
 """The message format between ``mhaspec certify`` and its backend process: plain JSON and arrays.
 
 One message is a frame: 8 bytes (little-endian length of the header), the header as UTF-8 JSON
-(an object), then one NumPy ``.npy`` buffer per entry of the header's ``"arrays"`` list (each entry
-its byte length). Arrays are read with ``allow_pickle=False``: object arrays cannot cross, and
-nothing either side sends is ever unpickled. Reading and writing a non-blocking descriptor take a
-deadline (``time.monotonic()`` seconds, None: none) and raise :class:`WireTimeout` past it, :class:`WireClosed`
-when the other side has gone, :class:`WireError` for a frame that breaks the format.
+(an object), then the raw bytes of each array its ``"arrays"`` list describes as ``[dtype, shape]``
+(``dtype`` a NumPy type string such as ``"<f8"`` or ``"|b1"``: booleans, integers, floats and
+complex only; C order). Nothing either side sends is ever unpickled: an array is rebuilt from its
+bytes by ``np.frombuffer`` with a checked dtype and shape. Reading and writing a non-blocking
+descriptor take a deadline (``time.monotonic()`` seconds, None: none) and raise
+:class:`WireTimeout` past it, :class:`WireClosed` when the other side has gone, :class:`WireError`
+for a frame that breaks the format or an array of another kind.
 """
 
 from __future__ import annotations
 
-import io
 import json
+import math
 import os
+import re
 import select
 import struct
 import time
@@ -36,15 +39,19 @@ class WireTimeout(WireError):
     """The deadline passed before the frame was read or written."""
 
 
+#: the dtypes an array may have: booleans, integers, floats, complex, any byte order
+DTYPE = re.compile(r"[<>|=][biufc][0-9]{1,2}")
+
+
 def encode(header: dict, arrays: list[np.ndarray] = ()) -> bytes:
-    """The frame of ``header`` (JSON-serialisable) and ``arrays`` (non-object NumPy arrays)."""
-    buffers = []
+    """The frame of ``header`` (JSON-serialisable) and ``arrays`` (NumPy arrays of :data:`DTYPE`)."""
+    arrays = [np.asarray(a) for a in arrays]
     for a in arrays:
-        buf = io.BytesIO()
-        np.lib.format.write_array(buf, np.asarray(a), allow_pickle=False)
-        buffers.append(buf.getvalue())
-    head = json.dumps({**header, "arrays": [len(b) for b in buffers]}).encode("utf-8")
-    return b"".join([struct.pack("<Q", len(head)), head, *buffers])
+        if not DTYPE.fullmatch(a.dtype.str):
+            raise WireError(f"arrays of dtype {a.dtype} cannot be sent (booleans and numbers only)")
+    described = [[a.dtype.str, list(a.shape)] for a in arrays]
+    head = json.dumps({**header, "arrays": described}).encode("utf-8")
+    return b"".join([struct.pack("<Q", len(head)), head, *(a.tobytes() for a in arrays)])
 
 
 def send(fd: int, header: dict, arrays: list[np.ndarray] = (), deadline: float | None = None) -> None:
@@ -70,17 +77,26 @@ def receive(fd: int, deadline: float | None = None) -> tuple[dict, list[np.ndarr
         header = json.loads(_read(fd, size, deadline).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireError(f"header is not JSON: {exc}") from None
-    lengths = header.pop("arrays", None) if isinstance(header, dict) else None
-    if not isinstance(lengths, list) or not all(type(n) is int and n >= 0 for n in lengths) \
-            or sum(lengths) > MAX_MESSAGE:
-        raise WireError("header is not an object with a list of array lengths")
-    arrays = []
-    for n in lengths:
+    described = header.pop("arrays", None) if isinstance(header, dict) else None
+    if not isinstance(described, list):
+        raise WireError("header is not an object with a list of arrays")
+    layouts, total = [], 0
+    for entry in described:
         try:
-            arrays.append(np.lib.format.read_array(io.BytesIO(_read(fd, n, deadline)),
-                                                   allow_pickle=False))
-        except (ValueError, OSError, EOFError) as exc:
-            raise WireError(f"array buffer is not a plain .npy array: {exc}") from None
+            dtype, shape = entry
+            if not DTYPE.fullmatch(dtype) or not all(type(n) is int and n >= 0 for n in shape):
+                raise ValueError
+            dtype = np.dtype(dtype)
+            size = dtype.itemsize * math.prod(shape)
+        except (TypeError, ValueError):
+            raise WireError(f"array description {entry!r:.100} is not [dtype, shape] of a boolean or "
+                            f"numeric array") from None
+        total += size
+        if total > MAX_MESSAGE:
+            raise WireError(f"arrays of more than {MAX_MESSAGE} bytes")
+        layouts.append((dtype, shape, size))
+    arrays = [np.frombuffer(bytearray(_read(fd, size, deadline)), dtype).reshape(shape)
+              for dtype, shape, size in layouts]
     return header, arrays
 
 
