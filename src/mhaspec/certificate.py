@@ -380,6 +380,13 @@ def spec_label(spec: dict) -> str:
     return spec["version"] + (" (draft)" if spec.get("status") == "draft" else "")
 
 
+def process_label(run: dict) -> str:
+    """Where the backend ran, as the Markdown says it."""
+    if run.get("backend_process") == "sealed":
+        return f"its own, sealed from the judge; restarted {run.get('backend_restarts', 0)} times"
+    return "the judging process (not sealed)"
+
+
 def to_markdown(cert: dict) -> str:
     """A human-readable rendering of a certificate; every string it takes from the certificate is
     escaped (:func:`md_text`, :func:`md_fenced`), so none can add a heading, a table cell or HTML."""
@@ -407,11 +414,7 @@ def to_markdown(cert: dict) -> str:
              + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
              + f"{hyp['backend_calls']} backend calls |",
              f"| issued | {md_text(cert['issued'])} |",
-             f"| backend process | "
-             + ({"sealed": f"its own, sealed from the judge; restarted "
-                           f"{cert['run'].get('backend_restarts', 0)} times"}.get(
-                 cert.get("run", {}).get("backend_process"), "the judging process (not sealed)"))
-             + " |", "",
+             f"| backend process | {process_label(cert.get('run', {}))} |", "",
              "| clause | title | verdict | worst NUM-3 ratio | runs | ran on |",
              "|---|---|---|---|---|---|"]
     for c in cert["clauses"]:

@@ -29,7 +29,7 @@ import re
 import time
 
 from mhaspec import __version__, certificate, installed_version, runner, sealed
-from mhaspec.usage import UsageError, printable, writable_dir, writable_file
+from mhaspec.usage import UsageError, one_line, printable, writable_dir, writable_file
 
 DEFAULT_PROFILE = "certify"
 
@@ -173,7 +173,7 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     try:
         backend = sealed.open_sealed(ref, call_timeout=call_timeout)
     except sealed.SealedError as exc:
-        raise UsageError(printable(str(exc), 400)) from None
+        raise UsageError(printable(one_line(exc), 400)) from None
     try:
         return _certify(backend, ref, profile=profile, seed=seed, output_dir=output_dir,
                         pytest_args=pytest_args, call_timeout=call_timeout)
