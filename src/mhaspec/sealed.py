@@ -204,8 +204,8 @@ class SealedBackend:
 
     def _exchange(self, header: dict, out: dict, what: str):
         generation = self.process.generation
-        released = [i for g, i in self._released if g == generation]
-        self._released = []
+        gone, self._released = self._released, []  # a finalizer may append at any time
+        released = [i for g, i in gone if g == generation]
         reply, arrays = self.process.request(
             {**header, "define": out["define"], "free": released}, out["arrays"],
             limit=self.call_timeout, what=f"{self.name}.{what}")
