@@ -380,11 +380,12 @@ def spec_label(spec: dict) -> str:
     return spec["version"] + (" (draft)" if spec.get("status") == "draft" else "")
 
 
-def process_label(run: dict) -> str:
-    """Where the backend ran, as the Markdown says it."""
-    if run.get("backend_process") == "sealed":
-        return f"its own, sealed from the judge; restarted {run.get('backend_restarts', 0)} times"
-    return "the judging process (not sealed)"
+def process_row(run: dict) -> list[str]:
+    """The Markdown row saying where the backend ran (none for a certificate that does not say)."""
+    if run.get("backend_process") != "sealed":
+        return []
+    return [f"| backend process | its own, sealed from the judge; restarted "
+            f"{run.get('backend_restarts', 0)} times |"]
 
 
 def to_markdown(cert: dict) -> str:
@@ -414,7 +415,7 @@ def to_markdown(cert: dict) -> str:
              + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
              + f"{hyp['backend_calls']} backend calls |",
              f"| issued | {md_text(cert['issued'])} |",
-             f"| backend process | {process_label(cert.get('run', {}))} |", "",
+             *process_row(cert.get("run", {})), "",
              "| clause | title | verdict | worst NUM-3 ratio | runs | ran on |",
              "|---|---|---|---|---|---|"]
     for c in cert["clauses"]:
