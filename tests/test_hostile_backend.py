@@ -237,9 +237,15 @@ def test_claims_of_the_wrong_type_are_a_usage_error_before_the_run(work, ref, wo
     assert "mhaspec certify:" not in proc.stdout  # the suite did not start
 
 
-def test_a_seed_that_is_not_an_integer_is_a_usage_error_before_the_run(work):
-    proc = certify(work, "SHIFTING", "--", "--hypothesis-seed=abc")
-    assert proc.returncode == 2 and "--hypothesis-seed" in proc.stderr, output(proc)
+@pytest.mark.parametrize("args, word", [(["--hypothesis-seed=abc"], "--hypothesis-seed"),
+                                        (["-p", "xdist", "-n", "2"], "xdist"), (["-n", "2"], "-n")],
+                         ids=["seed", "xdist-plugin", "workers"])
+def test_pytest_arguments_certify_cannot_honour_are_a_usage_error_before_the_run(work, args, word):
+    """Old: a seed 'abc' threw the run away with a traceback after it ended; `-p xdist -n 2` ran the
+    backend inside pytest-xdist's workers, next to the judge."""
+    proc = certify(work, "SHIFTING", "--", *args)
+    assert proc.returncode == 2 and word in proc.stderr, output(proc)
+    assert len(proc.stderr.strip().splitlines()) == 1, output(proc)
     assert "mhaspec certify:" not in proc.stdout
 
 

@@ -32,6 +32,8 @@ from mhaspec import __version__, certificate, installed_version, runner, sealed
 from mhaspec.usage import UsageError, one_line, printable, writable_dir, writable_file
 
 DEFAULT_PROFILE = "certify"
+#: pytest-xdist off: its workers would load the backend themselves, inside judging processes
+NO_WORKERS = ("-p", "no:xdist")
 
 
 def file_stem(name: str) -> str:
@@ -155,21 +157,30 @@ def check_suite_version(installed: str | None = None) -> str:
     return __version__
 
 
-def check_seed_args(pytest_args) -> None:
-    """Refuse a ``--hypothesis-seed`` among the pytest arguments that is not an integer."""
+def check_pytest_args(pytest_args: list[str]) -> None:
+    """Refuse, before the run, pytest arguments certify cannot honour: a ``--hypothesis-seed`` that
+    is not an integer, and plugins or workers (``-p NAME``, ``-n``, ``--dist``): a plugin would run
+    inside the judging process, and pytest-xdist's workers would load the backend there."""
     for i, arg in enumerate(pytest_args):
-        if arg == "--hypothesis-seed" or arg.startswith("--hypothesis-seed="):
-            value = arg.partition("=")[2] if "=" in arg else (
-                pytest_args[i + 1] if i + 1 < len(pytest_args) else "")
-            if not re.fullmatch(r"-?[0-9]+", value):
-                raise UsageError(f"--hypothesis-seed must be an integer, got {printable(value)!r}")
+        value = arg.partition("=")[2] if "=" in arg else (
+            pytest_args[i + 1] if i + 1 < len(pytest_args) else "")
+        if (arg == "--hypothesis-seed" or arg.startswith("--hypothesis-seed=")) \
+                and not re.fullmatch(r"-?[0-9]+", value):
+            raise UsageError(f"--hypothesis-seed must be an integer, got {printable(value)!r}")
+        plugin = value if arg in ("-p", "--plugin") else arg[2:] if arg.startswith("-p") else None
+        if plugin is not None and not plugin.startswith("no:"):
+            raise UsageError(f"certify loads no other pytest plugin: {printable(arg)} "
+                             f"{printable(plugin) if arg == '-p' else ''}".strip())
+        if arg.split("=")[0] in ("-n", "--numprocesses", "--dist", "--tx") or (
+                arg.startswith("-n") and arg[2:].isdigit()):
+            raise UsageError(f"certify runs without pytest-xdist workers: {printable(arg)}")
 
 
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
             call_timeout: float | None = None) -> int:
     """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise)."""
-    check_seed_args(list(pytest_args))
+    check_pytest_args(list(pytest_args))
     try:
         backend = sealed.open_sealed(ref, call_timeout=call_timeout)
     except sealed.SealedError as exc:
@@ -192,7 +203,7 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
     spec = load_spec()
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
-                             call_timeout=call_timeout, extra=pytest_args)
+                             call_timeout=call_timeout, extra=[*NO_WORKERS, *pytest_args])
     print(f"mhaspec certify: {printable(backend.name)} against spec {spec.version}, profile "
           f"{profile}, seed {seed}", flush=True)
     started = time.monotonic()
