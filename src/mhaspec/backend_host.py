@@ -52,6 +52,8 @@ def read_claims(backend) -> dict:
     claims = {n: member(n, getattr, backend, n) for n in ("name", "framework", "capabilities")}
     claims["protocol_version"] = member("protocol_version", getattr, backend, "protocol_version", 1)
     claims["deviations"] = member("deviations", getattr, backend, "deviations", {})
+    for name in ("validated_clauses", "library_validates"):  # an adapter's (mhaspec.backends.adapters)
+        claims[name] = member(name, getattr, backend, name, ())
     claims["framework_version"] = member("framework_version()",
                                          lambda: str(backend.framework_version()))
     scoped = getattr(backend, "capabilities_for", None)

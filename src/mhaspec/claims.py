@@ -26,7 +26,9 @@ class Claims:
     """Everything a backend says about itself. ``devices``: device -> None when usable, else the
     reason; ``dtypes``: usable device -> dtypes; ``capabilities_for``: op -> capabilities, None
     when the backend does not scope them; ``deviations_on``: usable device -> dtype -> clause key ->
-    reason; ``precision_flags``: usable device -> flag -> value."""
+    reason; ``precision_flags``: usable device -> flag -> value; ``validated_clauses`` and
+    ``library_validates``: an adapter's clauses satisfied by its shared argument validation and
+    those it leaves to its library (:mod:`mhaspec.backends.adapters`)."""
 
     name: str
     framework: str
@@ -39,6 +41,8 @@ class Claims:
     dtypes: Mapping[str, tuple[str, ...]]
     deviations_on: Mapping[str, Mapping[str, Mapping[str, str]]]
     precision_flags: Mapping[str, Mapping[str, object]]
+    validated_clauses: frozenset = frozenset()
+    library_validates: frozenset = frozenset()
 
 
 def _str(what: str, v) -> str:
@@ -59,6 +63,12 @@ def _names(what: str, v, allowed) -> frozenset:
     unknown = sorted(set(v) - set(allowed))
     if unknown:
         raise ClaimError(f"{what} names unknown values {unknown}")
+    return frozenset(v)
+
+
+def _clause_ids(what: str, v) -> frozenset:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise ClaimError(f"{what} must be a set of clause ids, got {_kind(v)}")
     return frozenset(v)
 
 
@@ -112,4 +122,6 @@ def checked(raw: dict) -> Claims:
                                  for t in ts}) for d, ts in dtypes.items()}),
         precision_flags=MappingProxyType({
             d: _flags(f"precision_flags({d!r})", raw.get("precision_flags", {}).get(d))
-            for d in dtypes}))
+            for d in dtypes}),
+        validated_clauses=_clause_ids("validated_clauses", raw.get("validated_clauses", [])),
+        library_validates=_clause_ids("library_validates", raw.get("library_validates", [])))
