@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pathlib
 import subprocess
 import sys
@@ -54,19 +55,20 @@ def test_a_module_that_is_nowhere_says_where_it_is_looked_for(tmp_path):
     assert "run in the folder that holds nowhere_module.py" in err and "PYTHONPATH" in err
 
 
+#: A ``sitecustomize`` that makes the frameworks unimportable in every process it starts in (the
+#: command and the process certify runs the backend in), as in an environment without them.
 NO_FRAMEWORKS = ("import sys\n"
                  "for m in ('torch', 'jax', 'tensorflow', 'keras', 'flax', 'transformers', "
                  "'onnxruntime', 'matplotlib'):\n"
-                 "    sys.modules[m] = None\n"
-                 "from mhaspec import cli\n"
-                 "sys.exit(cli.main(sys.argv[1:]))\n")
+                 "    sys.modules[m] = None\n")
 
 
 def run_without_frameworks(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    script = tmp_path / "no_frameworks.py"
-    script.write_text(NO_FRAMEWORKS)
-    return subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+    site = tmp_path / "no_frameworks"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(NO_FRAMEWORKS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    return run_cli(*args, cwd=tmp_path, env=env)
 
 
 def test_a_registered_backend_without_its_framework_gets_an_install_line(tmp_path):

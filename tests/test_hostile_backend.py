@@ -277,6 +277,24 @@ def test_a_conftest_above_the_installed_package_is_not_loaded(work):
     assert clause(certificate(work, "only-in-harness"), "HEAD-1")["verdict"] == "fail"
 
 
+def test_an_installed_pytest_plugin_is_not_loaded_into_certify(work):
+    """Old: pytest auto-loaded every installed ``pytest11`` entry point into the judging process; a
+    package installed beside the backend that turns failures into passes made it conform."""
+    site = work / "site"
+    dist = site / "report_flipper-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: report-flipper\nVersion: 1.0\n",
+                                   "utf-8")
+    (dist / "entry_points.txt").write_text("[pytest11]\nflipper = report_flipper\n", "utf-8")
+    (site / "report_flipper.py").write_text(
+        "import pytest\n\n@pytest.hookimpl(wrapper=True)\n"
+        "def pytest_runtest_makereport(item, call):\n"
+        "    report = yield\n    report.outcome = 'passed'\n    return report\n", "utf-8")
+    proc = certify(work, "ONLY_IN_HARNESS", "--", *HEADS_ONLY, path=site)
+    assert proc.returncode == 1, output(proc)
+    assert clause(certificate(work, "only-in-harness"), "HEAD-1")["verdict"] == "fail"
+
+
 def test_in_process_certify_runs_pytest_without_conftest_files():
     """The suite ships no conftest.py, so --noconftest loses nothing of its own."""
     from mhaspec import conformance

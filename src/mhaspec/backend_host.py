@@ -21,8 +21,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from mhaspec import wire
-from mhaspec.backends import AttentionOutputs, MHAParams, load_backend
+from mhaspec import usage, wire
+from mhaspec.backends import AttentionOutputs, MHAParams
 
 OPS = ("sdpa", "mha")
 
@@ -168,10 +168,14 @@ def error(exc: BaseException) -> dict:
 def serve(ref: str, fd_in: int, fd_out: int) -> int:
     """Load ``ref``, send its claims (or why it could not), answer requests until EOF."""
     try:
-        backend = load_backend(ref)
+        backend = usage.load_backend(ref)
         claims = read_claims(backend)
+    except usage.UsageError as exc:  # one line naming the backend (and the install line)
+        wire.send(fd_out, {"load_error": str(exc)[:4000]})
+        return 0
     except BaseException as exc:  # noqa: BLE001 - the backend's import and constructor
-        wire.send(fd_out, {"load_error": f"{type(exc).__name__}: {exc}"[:4000]})
+        wire.send(fd_out, {"load_error": f"backend {ref!r} failed to load: "
+                                         f"{type(exc).__name__}: {exc}"[:4000]})
         return 0
     wire.send(fd_out, {"claims": claims})
     host = Host(backend)

@@ -10,7 +10,8 @@ directory (``-c``) and that directory as ``--rootdir``, so ``pytest.ini`` / ``to
 dropped for the run; the cache provider is off; Hypothesis keeps its files in the temporary
 directory (no ``.hypothesis/`` in the current directory); no ``conftest.py`` is loaded
 (``--noconftest``: the suite ships none, and one in an ancestor directory of the installed package
-or of the current directory would otherwise join the run and could rewrite its reports). The backends are handed over already
+or of the current directory would otherwise join the run and could rewrite its reports); and no
+plugin but the suite's and Hypothesis's (:data:`PLUGINS`). The backends are handed over already
 loaded (the plugin's ``PROVIDER``), and the results are read from the plugin's collector object,
 with no report file in between.
 """
@@ -30,6 +31,12 @@ from typing import Iterable, NamedTuple
 import pytest
 
 #: Arguments every run of the suite starts with.
+#: The only pytest plugins an in-process run loads, besides pytest's own: the suite's and
+#: Hypothesis's. ``pytest11`` entry points of other installed packages are not auto-loaded
+#: (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``): a package installed beside the backend could otherwise
+#: hook the judging process (rewrite reports, patch the judge).
+PLUGINS = ("-p", "mhaspec.conformance.plugin", "-p", "_hypothesis_pytestplugin")
+
 BASE_ARGS = ("--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider", "-p", "no:randomly",
              "-q", "--no-header",
              # hypothesis is imported before an in-process run starts: nothing to rewrite there
@@ -143,10 +150,11 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
     with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
         ini = pathlib.Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", "utf-8")
-        full = ["--noconftest", *args, "-c", str(ini), "--rootdir", tmp]
+        full = ["--noconftest", *PLUGINS, *args, "-c", str(ini), "--rootdir", tmp]
         hypothesis_home = pathlib.Path(tmp) / "hypothesis"
         errors = io.StringIO()
-        with _environment(PYTEST_ADDOPTS=None, HYPOTHESIS_STORAGE_DIRECTORY=str(hypothesis_home)):
+        with _environment(PYTEST_ADDOPTS=None, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+                          HYPOTHESIS_STORAGE_DIRECTORY=str(hypothesis_home)):
             configuration.set_hypothesis_home_dir(hypothesis_home)
             try:
                 with contextlib.redirect_stderr(errors):

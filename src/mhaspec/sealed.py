@@ -293,7 +293,7 @@ def open_sealed(ref: str, *, call_timeout: float | None) -> SealedBackend:
         raise SealedError(f"backend {ref!r} could not start: {exc}") from None
     if "claims" not in first:
         process.stop()
-        raise SealedError(f"backend {ref!r} failed to load: {first.get('load_error', first)}")
+        raise SealedError(str(first.get("load_error", f"backend {ref!r} failed to load: {first}")))
     try:
         frozen = claims_module.checked(first["claims"])
     except (claims_module.ClaimError, AttributeError, TypeError) as exc:
