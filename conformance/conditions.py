@@ -47,13 +47,13 @@ import itertools
 from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
-import pytest
 from hypothesis import example, reject, strategies as st
 
 from mhaspec.spec import oracle
 
 from . import extremes, features
-from .strategies import CI_SHAPES, LENGTHS, CaseSpec, build_case, shape_menu
+from .item_state import shape_menu
+from .strategies import CI_SHAPES, LENGTHS, CaseSpec, build_case
 
 #: L_q vs L_k: decoding (L_q = 1 < L_k), L_q < L_k (L_q > 1), prefill (L_q = L_k), L_q > L_k
 LENGTH_ORDERS = ("decode", "L_q<L_k", "L_q=L_k", "L_q>L_k")
@@ -158,7 +158,7 @@ def _shape_for(order: str, draw=None, past: int = 0):
             s.len_k + past > 1]
     if draw is None:
         return menu[0]
-    if shape_menu.get() is not None:
+    if shape_menu() is not None:
         return draw(st.sampled_from(menu))
     lq, lk = draw(st.sampled_from([(a, b) for a in LENGTHS for b in LENGTHS
                                    if b + past > 1 and order_of(a, b + past) == order]))
@@ -302,13 +302,10 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...]) -> list[dict[s
     return [{d: {**base, "empty_by": w}[d] for d in dimensions} for w in ways or ("none",)]
 
 
-#: the cases the running test ran: a set of (op, CaseSpec) on ``item.stash``
-RAN_KEY = pytest.StashKey[set]()
-
-
-def note(item, op: str, spec: CaseSpec) -> None:
-    """Keep that ``item`` ran ``op`` on the (fitted) case ``spec``."""
-    item.stash.setdefault(RAN_KEY, set()).add((op, spec))
+def note(state, op: str, spec: CaseSpec) -> None:
+    """Keep in the test's record (:class:`~.item_state.ItemState`) that it ran ``op`` on the
+    (fitted) case ``spec``."""
+    state.cases.add((op, spec))
 
 
 #: what every clause without a declared space records of its cases (the audit shows it)
@@ -320,9 +317,10 @@ def dimensions_of(clause: str) -> tuple[str, ...]:
     return SPACES[clause].dimensions if clause in SPACES else GENERIC
 
 
-def ran(item, clauses) -> dict[str, list[dict[str, str]]]:
-    """clause -> the distinct rows over :func:`dimensions_of` the cases ``item`` ran hold."""
-    cases = item.stash.get(RAN_KEY, set())
+def ran(state, clauses) -> dict[str, list[dict[str, str]]]:
+    """clause -> the distinct rows over :func:`dimensions_of` the cases the test ``state``
+    records ran hold."""
+    cases = state.cases
     out = {}
     for clause in clauses if cases else ():
         dims = dimensions_of(clause)

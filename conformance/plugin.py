@@ -13,16 +13,18 @@
 * The items run cell by cell; with pytest-xdist workers (``-n``) and no ``--dist``, distributed by
   work stealing, so each cell's compilations happen in one worker (:mod:`.scheduling`).
 
-A failed result carries a readable ``message`` (:func:`readable_failure`), the exception
-(``crash``), the value check's finding (``failure``: error and magnitude, from the harness), the
+A failed result carries a readable ``message`` (:func:`results.readable_failure`), the exception
+(``crash``), the value check's finding (``failure``: error and magnitude, from :mod:`.expect`), the
 replay line and whether it was shrunk; the terminal summary groups failures by likely cause
 (:func:`verdicts.failure_groups`). A test may name a clause only if it requires the capabilities
 the clause needs (:mod:`clause_capabilities`); a backend may scope capabilities and deviations to
-one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys; :func:`harness.op_capabilities`).
+one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys; :func:`cell.op_capabilities`).
 
-The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the :class:`Collector`
-(results, not-run records, progress), :data:`BACKENDS_KEY` the loaded backends and
-``harness.SETTINGS_KEY`` the settings the suite reads. A program that runs pytest in-process
+The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the
+:class:`~.results.Collector` (results, not-run records, progress: the result model, in
+:mod:`.results`), :data:`BACKENDS_KEY` the loaded backends and ``item_state.SETTINGS_KEY`` the
+settings the suite reads; each test's state is one record in its ``item.stash``
+(:mod:`.item_state`). A program that runs pytest in-process
 (``mhaspec.runner``) may register a plugin object named :data:`PROVIDER` with a ``backends``
 attribute (already loaded backend objects, used instead of ``--backend``) and read the collector
 afterwards. Verdicts come from :mod:`mhaspec.conformance.verdicts`.
@@ -42,23 +44,20 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import re
-import time
-from collections import defaultdict
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings, statistics
 
-from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+from mhaspec.backends import loadable, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import (clause_capabilities, conditions, diagnosis, harness, scheduling, strategies,
-               tolerance, verdicts)
+from . import cell, clause_capabilities, conditions, expect, results, scheduling, strategies
+from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
+from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
-NOT_IMPLEMENTED = "not implemented"
 #: how the reason of the suite's own xfail mark, a declared deviation, starts
 DECLARED = "declared deviation: "
-OPS = harness.OPS
+OPS = cell.OPS
 #: seconds a backend call may take unless ``--mhaspec-call-timeout`` says otherwise
 DEFAULT_CALL_TIMEOUT = 60.0
 #: name under which an in-process runner registers its plugin object providing loaded backends
@@ -82,97 +81,8 @@ for _name, _kw in PROFILES.items():
 
 CONFORMANCE_DIR = pathlib.Path(__file__).parent
 BACKENDS_KEY = pytest.StashKey[list]()
-SHAPES_KEY = pytest.StashKey[tuple]()
 
 
-class Collector:
-    """What one run found: every result, every test item of a claimed cell that did not run, and
-    per-backend progress. Kept in ``config.stash[COLLECTOR_KEY]``.
-
-    ``results``: one dict per test item (see :mod:`~mhaspec.conformance.verdicts`), also written by
-    ``--mhaspec-report``; :meth:`not_run` the not-run records; ``seconds``: backend -> seconds its
-    tests took (setup, call and teardown); ``hypothesis``: the settings the run used."""
-
-    def __init__(self, config: pytest.Config, backends: list) -> None:
-        self.config = config
-        self.backends = backends
-        self.results: list[dict] = []
-        self.unselected: dict[tuple, dict] = {}  # (test, backend, device, dtype) -> record
-        self.expected: dict[str, dict] = {}  # nodeid -> record of every item selected to run
-        self.unnamed: set[str] = set()  # testable clauses no collected test names
-        self.totals: dict[str, int] = defaultdict(int)  # backend -> items selected
-        self.done: dict[str, int] = defaultdict(int)
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.started = time.monotonic()
-        self.last_progress: dict[str, float] = {}
-        self.hypothesis: dict = {}
-        self.selection: dict = {}
-        #: (backend, device, dtype) cells with a failed test: later failures there are not shrunk
-        self.failed_cells: set[tuple[str, str, str]] = set()
-        self.shrink_all: bool = bool(config.getoption("--mhaspec-shrink-all"))
-        timeout = config.getoption("--mhaspec-call-timeout")
-        self.call_timeout: float | None = timeout or None
-
-    def claimed(self) -> dict[str, dict[str, list[str]]]:
-        """backend name -> available device -> claimed dtypes."""
-        return {b.name: {d: list(b.dtypes(d)) for d, why in b.devices().items() if why is None}
-                for b in self.backends}
-
-    def not_run(self) -> list[dict]:
-        """Test items of claimed cells that did not run, and testable clauses no test named."""
-        reported = {r["nodeid"] for r in self.results}
-        records = list(self.unselected.values())
-        records += [rec for nodeid, rec in self.expected.items() if nodeid not in reported]
-        for name, devices in self.claimed().items():
-            records += [{"backend": name, "device": d, "dtype": t, "clauses": sorted(self.unnamed),
-                         "test": "(not collected)", "why": "no collected test names these clauses"}
-                        for d, dtypes in devices.items() for t in dtypes if self.unnamed]
-        return records
-
-    def add_not_run(self, record: dict) -> None:
-        self.unselected[(record["test"], record["backend"], record["device"], record["dtype"])] = record
-
-    def report(self) -> dict[str, dict]:
-        """backend -> clause entries and verdict (:func:`verdicts.backend_report`)."""
-        return verdicts.backend_report(self.results, load_spec(), self.claimed(), self.not_run())
-
-    # hooks: the collector is registered as a plugin of its run (pytest_configure)
-
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Record the Hypothesis settings as the run uses them (after every plugin's configure)."""
-        now = settings()
-        seed = self.config.getoption("hypothesis_seed", None)
-        self.hypothesis.update(max_examples=now.max_examples, derandomize=now.derandomize,
-                               phases=[p.name for p in now.phases],
-                               seed=None if seed is None else str(seed))
-        option = self.config.getoption
-        self.selection = {"keyword": option("keyword") or None, "markers": option("markexpr") or None,
-                          "deselect": list(option("deselect") or []),
-                          "dtypes": option("--mhaspec-dtypes")}
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        info = dict(report.user_properties).get("mhaspec")
-        if info is None:
-            return
-        self.seconds[info["backend"]] += report.duration
-        outcome = classify(report)
-        if outcome is None:
-            return
-        entry = {**info, "nodeid": report.nodeid, "outcome": outcome, "duration": report.duration}
-        if outcome in ("fail", "deviation"):
-            self.failed_cells.add((info["backend"], info["device"], info["dtype"]))
-        if outcome in verdicts.BAD:
-            entry["crash"] = _crash(report)
-            entry["message"] = readable_failure(entry, report)
-        else:
-            for key in ("failure", "replay", "shrunk"):
-                entry.pop(key, None)
-        self.results.append(entry)
-        self.done[info["backend"]] += 1
-        _progress(self.config, self, info["backend"])
-
-
-COLLECTOR_KEY = pytest.StashKey[Collector]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -227,7 +137,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if not timeout >= 0:  # also NaN
         raise pytest.UsageError(f"--mhaspec-call-timeout must be at least 0, got {timeout}")
     shapes = config.getoption("--mhaspec-shapes") or ("menu" if profile in ("ci", "triage") else "free")
-    config.stash[SHAPES_KEY] = strategies.CI_SHAPES if shapes == "menu" else None
     refs: dict[str, str] = {}
     backends = _backends(config, refs)
     config.stash[BACKENDS_KEY] = backends
@@ -236,9 +145,9 @@ def pytest_configure(config: pytest.Config) -> None:
     collector.hypothesis = {"profile": profile, "shapes": shapes}
     config.stash[COLLECTOR_KEY] = collector
     failures = config.getoption("--mhaspec-failures")
-    config.stash[harness.SETTINGS_KEY] = harness.RunSettings(
+    config.stash[SETTINGS_KEY] = RunSettings(
         failures_dir=pathlib.Path(failures) if failures else None, backend_refs=refs,
-        call_timeout=timeout or None)
+        call_timeout=timeout or None, shapes=strategies.CI_SHAPES if shapes == "menu" else None)
 
 
 def _backends(config: pytest.Config, refs: dict[str, str]) -> list:
@@ -250,14 +159,14 @@ def _backends(config: pytest.Config, refs: dict[str, str]) -> list:
     given = config.getoption("--backend")
     frameworks = set(config.getoption("--framework"))
     provided = set(getattr(provider, "refs", {}).values())
-    for ref in [r for r in given if r not in provided] or ([] if loaded or given else
-                                                             registered_backends()):
-        try:
-            backend = load_backend(ref)
-        except BackendLoadError as exc:
-            if given:
-                raise pytest.UsageError(str(exc)) from None
-            continue  # framework not installed: `--backend` it explicitly to see why
+    wanted = [r for r in given if r not in provided] or ([] if loaded or given else
+                                                          list(registered_backends()))
+    found = loadable(wanted)
+    if given and found.failures:
+        raise pytest.UsageError(next(iter(found.failures.values())))
+    # without --backend, a backend whose framework is not installed is left out: `--backend` it
+    # explicitly to see why
+    for ref, backend in found.backends.items():
         if frameworks and backend.framework not in frameworks:
             continue
         refs.setdefault(backend.name, ref)
@@ -272,8 +181,8 @@ def operation_of(op: str | None, needs: set[str]) -> str | None:
 
 
 def _scoped(backend, op: str | None) -> frozenset:
-    """:func:`harness.op_capabilities`, refused when it claims more than ``capabilities``."""
-    scoped = harness.op_capabilities(backend, op)
+    """:func:`cell.op_capabilities`, refused when it claims more than ``capabilities``."""
+    scoped = cell.op_capabilities(backend, op)
     extra = sorted(scoped - set(backend.capabilities))
     if extra:
         raise pytest.UsageError(f"backend {backend.name}: capabilities_for({op!r}) claims {extra}, "
@@ -296,7 +205,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
-                deviations = harness.op_deviations(harness.cell_deviations(backend, device, dtype),
+                deviations = cell.op_deviations(cell.cell_deviations(backend, device, dtype),
                                                      scope)
                 declared = [c for c in clauses if c in deviations]
                 if only and dtype not in only:
@@ -319,7 +228,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
                     marks.append(pytest.mark.xfail(
                         strict=True, reason=DECLARED + "; ".join(
                             f"{c}: {deviations[c]}" for c in declared)))
-                impl = harness.Impl(backend, device, dtype)
+                impl = cell.Impl(backend, device, dtype)
                 if op is None:
                     params.append(pytest.param(impl, id=impl.id, marks=marks))
                 else:
@@ -342,7 +251,7 @@ def _record(item: pytest.Item, why: str = "") -> dict | None:
     """The not-run record of a conformance test item (None for other items)."""
     impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
     clauses = [c for m in item.iter_markers("clause") for c in m.args]
-    if not isinstance(impl, harness.Impl) or not clauses:
+    if not isinstance(impl, cell.Impl) or not clauses:
         return None
     return {"backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
             "clauses": clauses, "test": item.nodeid.split("::")[-1], "why": why}
@@ -467,28 +376,27 @@ COUNTED_PHASES = ("explicit", "reuse", "generate", "target")
 
 @pytest.hookimpl(wrapper=True, trylast=True)  # innermost: inside Hypothesis's own wrapper
 def pytest_runtest_call(item: pytest.Item):
-    token = harness.current_item.set(item)
-    shapes = strategies.shape_menu.set(item.config.stash.get(SHAPES_KEY, None))
+    """Run the test with its record (:mod:`.item_state`) as the running one: the suite's code
+    writes what the test does there, and the examples Hypothesis runs are counted into it."""
+    state = state_of(item)
     outer = statistics.collector.value  # Hypothesis's own (for --hypothesis-show-statistics)
 
     def count_examples(stats: dict) -> None:
-        item.mhaspec_examples = getattr(item, "mhaspec_examples", 0) + sum(
+        state.examples += sum(
             case["status"] == "valid" for phase in COUNTED_PHASES
             for case in stats.get(f"{phase}-phase", {}).get("test-cases", []))
         if outer is not None:
             outer(stats)
 
-    restore = _no_shrink_after_a_failure(item)
+    restore = _no_shrink_after_a_failure(item, state)
     try:
-        with statistics.collector.with_value(count_examples):
+        with running_test(state), statistics.collector.with_value(count_examples):
             return (yield)
     finally:
         restore()
-        strategies.shape_menu.reset(shapes)
-        harness.current_item.reset(token)
 
 
-def _no_shrink_after_a_failure(item: pytest.Item):
+def _no_shrink_after_a_failure(item: pytest.Item, state):
     """Run ``item`` without Hypothesis's shrink (and explain) phases when its cell already has a
     failed test and ``--mhaspec-shrink-all`` is not given; returns what undoes it. The settings
     are the wrapped test's own, read by Hypothesis when the test is called."""
@@ -498,12 +406,12 @@ def _no_shrink_after_a_failure(item: pytest.Item):
     own = getattr(test, "_hypothesis_internal_use_settings", None)
     # True: may shrink; False: not shrunk after an earlier failure; None: nothing to shrink (not a
     # Hypothesis test, or a profile without shrinking such as triage)
-    item.mhaspec_shrink = True if own is not None and Phase.shrink in own.phases else None
-    if (collector is None or collector.shrink_all or not isinstance(impl, harness.Impl) or own is None
+    state.shrink = True if own is not None and Phase.shrink in own.phases else None
+    if (collector is None or collector.shrink_all or not isinstance(impl, cell.Impl) or own is None
             or (impl.backend.name, impl.device, impl.dtype) not in collector.failed_cells
             or Phase.shrink not in own.phases):
         return lambda: None
-    item.mhaspec_shrink = False
+    state.shrink = False
     test._hypothesis_internal_use_settings = settings(
         own, phases=[p for p in own.phases if p not in (Phase.shrink, Phase.explain)])
 
@@ -536,24 +444,23 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     record = _record(item)
     if record is not None:
         del record["why"]
-        info = {**record, "ratios": getattr(item, "mhaspec_ratios", {}),
-                "calls": getattr(item, "mhaspec_calls", 0),
-                "examples": getattr(item, "mhaspec_examples", 0),
+        state = state_of(item)
+        info = {**record, "ratios": state.ratios, "calls": state.calls, "examples": state.examples,
                 "validated_by_adapter": _validated_by_adapter(item.callspec.params["impl"].backend,
                                                               record["clauses"])}
         if report.when == "call":  # the rows of each clause's condition space its cases held,
             # and the values a capability the backend does not claim kept out (not implemented)
             params = item.callspec.params
-            claims = harness.op_capabilities(params["impl"].backend, params.get("op"))
-            info["conditions"] = conditions.ran(item, record["clauses"])
+            claims = cell.op_capabilities(params["impl"].backend, params.get("op"))
+            info["conditions"] = conditions.ran(state, record["clauses"])
             info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims)
         if report.when == "call" and report.failed:
             report.sections.append(("mhaspec: the clause", clause_lines(record["clauses"])))
-            info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
-            info["failure"] = getattr(item, "mhaspec_failure", None)
-            info["shrunk"] = getattr(item, "mhaspec_shrink", None)
+            info["replay"] = expect.save_last_call(state, record["clauses"][0]) or None
+            info["failure"] = state.failure
+            info["shrunk"] = state.shrink
         if report.when == "call":
-            item.mhaspec_last_call = None  # its arrays are not kept for the rest of the run
+            state.last_call = None  # its arrays are not kept for the rest of the run
         report.user_properties.append(("mhaspec", info))
     return report
 
@@ -567,98 +474,6 @@ def _validated_by_adapter(backend, clauses: list[str]) -> list[str]:
     return sorted(set(clauses) & set(getattr(backend, "validated_clauses", ())))
 
 
-def _write_diagnoses(tr, config: pytest.Config, failed: set[str]) -> None:
-    """A line per failing backend that a cheap differential check explains
-    (:func:`diagnosis.diagnose`), e.g. "agrees with the oracle at scale = 1"."""
-    for backend in config.stash.get(BACKENDS_KEY, []):
-        if backend.name in failed:
-            try:
-                found = diagnosis.diagnose(backend)
-            except Exception as exc:  # noqa: BLE001 - a diagnosis is a hint, never a crash
-                found = f"(no diagnosis: the checks raised {type(exc).__name__})"
-            if found:
-                tr.write_line(f"{backend.name}: diagnosis: {found}")
-
-
-def clause_lines(clause_ids) -> str:
-    """Each clause a failing test checks, as a reader looks it up: id, title, and the anchor on
-    the site's frozen page of this spec version (``spec/1.2/#SDPA-2``), which keeps its meaning
-    when a later version changes the clause."""
-    spec = load_spec()
-    known = {c.id: c for c in spec.clauses}
-    return "\n".join(f"{spec.name} {spec.version}, clause {cid}: {known[cid].title} "
-                     f"(spec/{spec.version}/#{cid} on the mhaspec site)"
-                     for cid in clause_ids if cid in known)
-
-
-def _crash(report: pytest.TestReport) -> str:
-    """The exception a failed test raised, as ``Type: message`` (AssertionError's type left out)."""
-    crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") or ""
-    return crash.removeprefix("AssertionError: ")
-
-
-#: Hypothesis's note naming the failing example (the wording changed across versions)
-FALSIFYING = re.compile(r"^(?:Falsifying (?:explicit )?example|Failing test case): (\w+\(.*?^\))",
-                        re.M | re.S)
-#: Hypothesis's advice on @reproduce_failure: the replay line is the suite's way
-REPRODUCE_FAILURE = re.compile(r"^You can reproduce this (?:test case|example) by temporarily.*$\n?",
-                               re.M)
-
-
-def readable_failure(entry: dict, report: pytest.TestReport, limit: int = 4000) -> str:
-    """A failure as people read it: the test, its cell and clauses; what it found (the expected
-    vs got of the check, or the exception); the case Hypothesis found; how to replay it."""
-    lines = [f"{entry['test']} on {entry['backend']} ({entry['device']}, {entry['dtype']}), "
-             f"clauses {', '.join(entry['clauses'])}:"]
-    crash = REPRODUCE_FAILURE.sub("", entry.get("crash") or report.longreprtext[-limit // 2:])
-    lines.append(crash.strip()[:3 * limit // 4])
-    example = FALSIFYING.search(report.longreprtext)
-    if example is not None and example.group(1) not in crash:
-        lines.append("case: " + " ".join(example.group(1).split())[:limit // 4])
-    if entry.get("replay") and entry["replay"] not in crash:
-        lines.append("replay: " + entry["replay"])
-    if entry.get("shrunk") is False:
-        lines.append("(not shrunk: an earlier test of this cell failed; --mhaspec-shrink-all)")
-    return "\n".join(lines)[:limit]
-
-
-def classify(report: pytest.TestReport) -> str | None:
-    """pass / fail / deviation / stale-deviation / not-implemented / unavailable, or None."""
-    if report.when == "call":
-        if hasattr(report, "wasxfail"):
-            return "deviation" if report.skipped else "stale-deviation"
-        if report.failed and "[XPASS(strict)]" in str(report.longrepr):
-            return "stale-deviation"
-        return "pass" if report.passed else "fail"
-    if report.skipped and report.when == "setup":
-        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
-        return "not-implemented" if NOT_IMPLEMENTED in reason else "unavailable"
-    if report.failed:
-        return "fail"
-    return None
-
-
-PROGRESS_EVERY = 10.0  # seconds between two progress lines of one backend
-
-
-def _progress(config: pytest.Config, collector: Collector, backend: str) -> None:
-    """A progress line per backend: its items done of those selected, and the time elapsed;
-    at most every :data:`PROGRESS_EVERY` seconds, and when the backend's last item is done."""
-    done, total = collector.done[backend], collector.totals.get(backend, 0)
-    now = time.monotonic()
-    if done != total and now - collector.last_progress.get(backend, collector.started) < PROGRESS_EVERY:
-        return
-    collector.last_progress[backend] = now
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is None:
-        return
-    tw = getattr(tr, "_tw", None)  # -q writes its dots with no file name, so ensure_newline()
-    if tw is not None and tw.width_of_current_line:  # alone would glue the line onto them
-        tr.write("\n")
-    tr.write_line(f"mhaspec progress: {backend} {done}/{total or '?'} tests, "
-                  f"{now - collector.started:.1f} s elapsed")
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None and config.pluginmanager.is_registered(collector):
@@ -669,61 +484,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is None or not (collector.results or collector.unselected):
         return
-    results = collector.results
-    report = collector.report()
-    backends = sorted(report)
-    spec = load_spec()
-    table = verdicts.summarize(results)
-    clauses = [c.id for c in spec.clauses if any((b, c.id) in table for b in backends)]
-    tr = terminalreporter
-    tr.section(f"mhaspec {spec.version} conformance by clause")
-    width = max(max(len(b) for b in backends), 6)
-    tr.write_line("clause    " + " ".join(b.rjust(width)[:width] for b in backends))
-    entries = {b: {c["id"]: c for c in report[b]["clauses"]} for b in backends}
-    for c in clauses:
-        cells = [verdicts.table_symbol(table[(b, c)]["outcome"], entries[b].get(c))
-                 if (b, c) in table else "" for b in backends]
-        tr.write_line(f"{c:<9} " + " ".join(s.rjust(width) for s in cells))
-    if any(c.get("satisfied_by") for b in backends for c in report[b]["clauses"]):
-        tr.write_line("ok*: passed by the adapter's shared argument validation, not by the library")
-    for b in backends:
-        for c in report[b]["clauses"]:
-            if c.get("stale_on"):
-                tr.write_line(f"{verdicts.SYMBOL[c['verdict']]}* {b} {c['id']}: stale on "
-                              f"{', '.join(c['stale_on'])}")
-    tr.section("mhaspec conformance by backend")
-    for b in backends:
-        counts = defaultdict(int)
-        for (bb, _), entry in table.items():
-            if bb == b:
-                counts[entry["outcome"]] += 1
-        # a confirmed deviation's ratio (often inf: NaN where the oracle is finite) is its own story
-        worst = max(((e["ratio"], c) for (bb, c), e in table.items()
-                     if bb == b and e["outcome"] in ("pass", "fail")), default=None)
-        combos = sorted({(r["device"], r["dtype"]) for r in results
-                         if r["backend"] == b and r["outcome"] != "unavailable"})
-        verdict = report[b]["verdict"]
-        gaps = sorted({f"{c['id']} ({', '.join(c['not_run_on'])})"
-                       for c in report[b]["clauses"] if c["not_run_on"]})
-        line = (f"{b}: {verdict.upper()} - "
-                + ", ".join(f"{counts[k]} {k}" for k in verdicts.SEVERITY if counts[k])
-                + ("; no NUM-3 ratio measured" if worst is None else
-                   f"; worst NUM-3 ratio {tolerance.format_ratio(worst[0])} ({worst[1]}, "
-                   f"K={tolerance.K:g})")
-                + "; ran on " + (", ".join(f"{d}/{t}" for d, t in combos) or "nothing")
-                + f"; {collector.seconds.get(b, 0.0):.1f} s in its tests")
-        if gaps:
-            line += f"; not run: {len(gaps)} clauses, e.g. " + "; ".join(gaps[:3])
-        tr.write_line(line)
-        for note in verdicts.backend_notes(report[b]["clauses"]):
-            tr.write_line(f"  {b}: {note}")
-    groups = verdicts.failure_groups(results)
-    if groups:
-        tr.section("mhaspec failures by likely cause")
-        _write_diagnoses(tr, config, {r["backend"] for r in results if r["outcome"] == "fail"})
-        for g in groups:
-            tr.write_line(verdicts.describe_group(g))
-    path = config.getoption("--mhaspec-report")
-    if path:
-        pathlib.Path(path).write_text(json.dumps(results, indent=1), encoding="utf-8")
-        tr.write_line(f"mhaspec: results written to {path}")
+    results.write_summary(terminalreporter, collector)

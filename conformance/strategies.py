@@ -12,7 +12,6 @@ thousands of floats. Sizes come from short fixed menus so compiled variants (``j
 
 from __future__ import annotations
 
-import contextvars
 
 import functools
 from typing import NamedTuple
@@ -25,6 +24,7 @@ from mhaspec.spec import oracle
 
 from . import extremes, features
 from .features import FeatureArrays
+from .item_state import shape_menu
 
 LENGTHS = (1, 2, 5, 8)
 WIDTHS = (1, 4, 8)
@@ -64,12 +64,6 @@ CI_SHAPES = (
     Shapes(1, 3, 8, 8, 8, 8, 8, 8, 8, 8),
     Shapes(2, 2, 1, 5, 4, 8, 8, 8, 4, 8),
 )
-
-#: The shapes of the running test: None draws every size freely from the menus above; a tuple
-#: draws whole shapes from it. The plugin sets it for each test from its run's settings
-#: (``--mhaspec-shapes``); outside a run sizes are drawn freely.
-shape_menu: contextvars.ContextVar[tuple[Shapes, ...] | None] = contextvars.ContextVar(
-    "mhaspec_shape_menu", default=None)
 
 
 class CaseSpec(NamedTuple):
@@ -249,7 +243,7 @@ def case_specs(draw, *, masks: bool = False, bias: bool = False, legacy: bool = 
                  fully_masked=fully_masked, custom_scale=custom_scale, cross=cross)
     if fully_masked and not masks:
         raise ValueError("argument 'fully_masked' needs masks=True")
-    shapes = shape_menu.get()
+    shapes = shape_menu()
     if shapes is not None:
         menu = [m for m in shapes if cross or m.self_attention]
         b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out = draw(st.sampled_from(menu))

@@ -79,6 +79,13 @@ def summarize(results: list[dict]) -> dict[tuple[str, str], dict]:
     return table
 
 
+def outcome_counts(table: dict[tuple[str, str], dict], backend: str) -> dict[str, int]:
+    """Outcome -> number of ``backend``'s clauses with that worst outcome in a :func:`summarize`
+    table, worst first (only outcomes that occur)."""
+    counts = Counter(entry["outcome"] for (b, _), entry in table.items() if b == backend)
+    return {o: counts[o] for o in SEVERITY if counts[o]}
+
+
 def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
                     not_run: list[dict] = ()) -> list[dict]:
     """One entry per spec clause for ONE backend's ``results`` and ``not_run`` records.

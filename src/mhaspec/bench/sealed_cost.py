@@ -19,10 +19,10 @@ from mhaspec import runner, sealed, usage
 
 def run_suite(backend, ref: str, *, profile: str, seed: int, extra: list[str]) -> tuple[float, dict]:
     """Seconds of one run of the suite on ``backend`` and its clause id -> verdict."""
-    from mhaspec.conformance import harness, verdicts
+    from mhaspec.conformance import judge, verdicts
     from mhaspec.spec import load as load_spec
 
-    harness._cached_oracle.cache_clear()  # noqa: SLF001 - each run computes its own oracle
+    judge.clear_oracle_cache()  # each run computes its own oracle
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, extra=extra)
     started = time.monotonic()
     run = runner.run_in_process(args, backends=[backend], refs={backend.name: ref})

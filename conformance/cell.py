@@ -1,0 +1,269 @@
+"""Running a cell: one backend on one device in one dtype (:class:`Impl`), and one operation on a case.
+
+Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
+
+:class:`Impl` is one parametrization of the suite: a backend on a device in a dtype.
+:func:`run` runs an operation on a :class:`~mhaspec.conformance.strategies.Case` and returns NumPy
+results (:class:`Result`); :meth:`Impl.call` is the one place a backend method is called (the
+per-call time limit, the call count, the device check). :func:`fit` drops what a backend does not
+claim from a case; :func:`op_capabilities` and :func:`op_deviations` read a backend's claims for
+one operation.
+
+Per-call time limit: a backend call that runs longer than the run's limit (the plugin's
+``--mhaspec-call-timeout``) raises :class:`CallTimeout`, naming the limit. In the main thread (pytest
+and its xdist workers run tests there) the limit is a ``SIGALRM`` timer (``setitimer``), which
+interrupts Python code, ``time.sleep`` and blocking waits of the backend; elsewhere the call runs
+in a daemon thread joined with the limit (the thread is abandoned, the test fails). A call stuck in
+C code that never returns to the interpreter is only interrupted by the thread form.
+:class:`CallTimeout` derives from ``BaseException`` so that neither a backend's ``except
+Exception`` nor Hypothesis's shrinking (which would repeat the slow call) swallows it: the test
+fails at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any, Mapping, NamedTuple
+
+import numpy as np
+
+from mhaspec.backends import AttentionOutputs, MHAParams
+
+from . import conditions, features
+from .item_state import run_settings, running, running_clauses
+from .strategies import Case, CaseSpec, build_case
+
+OPS = ("sdpa", "mha")
+
+
+class CallTimeout(BaseException):
+    """A backend call ran past the per-call time limit (see the module docstring)."""
+
+
+def call_with_limit(fn, seconds: float | None, what: str):
+    """``fn()``, raising :class:`CallTimeout` naming ``what`` and the limit after ``seconds``."""
+    if not seconds:
+        return fn()
+    message = (f"{what} did not return within the per-call time limit of {seconds:g} s "
+               f"(--mhaspec-call-timeout)")
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def alarm(signum, frame):
+            raise CallTimeout(message)
+
+        previous = signal.signal(signal.SIGALRM, alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True, name="mhaspec-call")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise CallTimeout(message)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class Result(NamedTuple):
+    """A backend's output and weights as float NumPy arrays (weights None when not returned);
+    for the float64 oracle also NUM-3's softmax condition kappa. With ``lse=True`` or a KV cache
+    (spec 1.2) also the log-sum-exp (B, h, L_q) and the present cache (B, g, L_K, d_k / d_v) with
+    its lengths (B,); None where not returned."""
+
+    out: np.ndarray
+    weights: np.ndarray | None
+    condition: float = 1.0
+    lse: np.ndarray | None = None
+    present_key: np.ndarray | None = None
+    present_value: np.ndarray | None = None
+    present_lengths: np.ndarray | None = None
+
+
+class Impl(NamedTuple):
+    """One parametrization: ``backend`` on ``device`` computing in ``dtype``."""
+
+    backend: Any
+    device: str
+    dtype: str
+
+    def __repr__(self) -> str:
+        return f"Impl({self.backend.name!r}, {self.device!r}, {self.dtype!r})"
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend.name}-{self.device}-{self.dtype}"
+
+    def case(self, spec: CaseSpec, op: str = "mha") -> Case:
+        """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype.
+        Where the cell declares a SOFTCAP-1 deviation for ``op``, the cases of other clauses carry
+        no soft-cap: the capping is SOFTCAP-1's verdict (its own test reports the deviation), as
+        emptied rows are MASK-9's (:func:`rows_left_to_mask9`)."""
+        spec = fit(spec, op_capabilities(self.backend, op), self.dtype, op)
+        if spec.softcap is not None and "SOFTCAP-1" not in running_clauses() and "SOFTCAP-1" in \
+                op_deviations(cell_deviations(self.backend, self.device, self.dtype), op):
+            spec = spec._replace(softcap=None)
+        return build_case(spec)
+
+    def arr(self, x, dtype: str | None = None):
+        """NumPy -> backend array in this dtype (booleans stay boolean, integers -- segment ids and
+        lengths -- become "int64"); None stays None."""
+        if x is None:
+            return None
+        if dtype is None:
+            kind = np.asarray(x).dtype.kind
+            dtype = "bool" if kind == "b" else "int64" if kind in "iu" else self.dtype
+        return self.backend.asarray(np.asarray(x), dtype=dtype, device=self.device)
+
+    def masks(self, case: Case) -> dict:
+        """The case's mask keyword arguments as backend arrays."""
+        kw = case.mask_kwargs()
+        for name in ("mask", "bias", "legacy_mask", "key_padding_mask"):
+            kw[name] = self.arr(kw[name])
+        return kw
+
+    def call_kwargs(self, case: Case) -> dict:
+        """Every keyword argument of a call on ``case`` (:meth:`Case.call_kwargs`), arrays as
+        backend arrays: the masks, and the spec 1.2 features the case has."""
+        return {k: self.arr(v) if isinstance(v, np.ndarray) else v
+                for k, v in case.call_kwargs().items()}
+
+    def params(self, params) -> MHAParams:
+        """Projection parameters (``oracle.Params`` of NumPy arrays) as backend arrays."""
+        return MHAParams(*(self.arr(p) for p in params))
+
+    def mha_inputs(self, case: Case) -> tuple:
+        """(query, key, value) as backend arrays; inputs that are one NumPy array (self-attention,
+        or key and value shared) are passed as one backend array (MHA-3, MHA-4)."""
+        converted: dict[int, Any] = {}
+
+        def once(x):
+            if id(x) not in converted:
+                converted[id(x)] = self.arr(x)
+            return converted[id(x)]
+
+        return once(case.query), once(case.key), once(case.value)
+
+    def call(self, method: str, *args, **kwargs):
+        """``backend.<method>(*args, **kwargs)`` under the run's per-call time limit, counted on
+        the running test. Every backend operation of the suite is called through here."""
+        state = running()
+        if state is not None:
+            state.calls += 1
+        fn = getattr(self.backend, method)
+        # a backend in a process of its own times each exchange itself (a restart not counted)
+        limit = None if getattr(self.backend, "times_its_calls", False) else run_settings().call_timeout
+        return call_with_limit(lambda: fn(*args, **kwargs), limit,
+                               f"{self.backend.name}.{method} ({self.device}, {self.dtype})")
+
+    def sdpa(self, case: Case, **overrides) -> Result:
+        """:func:`run` of scaled_dot_product_attention."""
+        return run(self, "sdpa", case, **overrides)
+
+    def mha(self, case: Case, **overrides) -> Result:
+        """:func:`run` of multi_head_attention."""
+        return run(self, "mha", case, **overrides)
+
+    def result(self, out, weights=None) -> Result:
+        """A backend's (output, weights) -- or its :class:`AttentionOutputs` passed as ``out`` --
+        as NumPy, after checking they live on this device."""
+        parts = out._asdict() if isinstance(out, AttentionOutputs) else {"output": out,
+                                                                          "weights": weights}
+        for x in parts.values():
+            if x is not None and self.device != "cpu":
+                on = self.backend.device_of(x)
+                assert on == self.device, f"result computed on {on!r}, not on {self.device!r}"
+        got = {k: None if x is None else self.backend.to_numpy(x) for k, x in parts.items()}
+        return Result(got.pop("output"), got.pop("weights"), **got)
+
+
+def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
+    """Run ``op`` ("sdpa": scaled_dot_product_attention on q, k, v; "mha": multi_head_attention on
+    query, key, value and the parameters) of ``impl`` on ``case``; NumPy results.
+
+    Stable interface: ``overrides`` replace the case's keyword arguments (mask, bias, legacy_mask,
+    key_padding_mask, causal, scale, ... as NumPy or scalars; arrays are converted), and for
+    "mha" may add ``num_kv_heads`` or replace ``params`` (an ``oracle.Params``). Raises ValueError
+    for an unknown ``op``; the backend's own exceptions pass through; :class:`CallTimeout` past
+    the run's per-call time limit."""
+    state = running()
+    if state is not None:  # the case a failure of this test saves (the plugin, on failure)
+        state.last_call = (impl, op, case, overrides)
+        conditions.note(state, op, case.spec)
+    kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
+                                       for k, v in overrides.items() if k != "params"}}
+    if op == "sdpa":
+        out = impl.call("scaled_dot_product_attention", impl.arr(case.q), impl.arr(case.k),
+                        impl.arr(case.v), **kw)
+    elif op == "mha":
+        params = impl.params(overrides.get("params", case.params))
+        out = impl.call("multi_head_attention", *impl.mha_inputs(case), params,
+                        num_heads=case.spec.heads, **kw)
+    else:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if isinstance(out, AttentionOutputs):
+        return impl.result(out)
+    return impl.result(*out)
+
+
+def op_capabilities(backend, op: str | None) -> frozenset:
+    """The capabilities ``backend`` claims for operation ``op`` ("sdpa" or "mha"): its optional
+    ``capabilities_for(op)`` where it has one (an attention function and a module of one library
+    differ), else ``capabilities``. ``op`` None: ``capabilities``."""
+    scoped = getattr(backend, "capabilities_for", None)
+    if op is None or scoped is None:
+        return frozenset(backend.capabilities)
+    return frozenset(scoped(op))
+
+
+def cell_deviations(backend, device: str, dtype: str) -> Mapping[str, str]:
+    """The backend's declared deviations for one cell (``deviations_on`` is optional)."""
+    on = getattr(backend, "deviations_on", None)
+    return on(device, dtype) if on is not None else backend.deviations
+
+
+def op_deviations(deviations: Mapping[str, str], op: str | None) -> dict[str, str]:
+    """clause -> reason of the declared ``deviations`` that hold for operation ``op``: keys
+    ``"CLAUSE"`` hold for every operation, ``"CLAUSE@op"`` (e.g. ``"SHAPE-4@mha"``) for ``op`` only."""
+    out = {}
+    for key, reason in deviations.items():
+        clause, _, scope = key.partition("@")
+        if not scope or scope == op:
+            out.setdefault(clause, reason)
+    return out
+
+
+def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:
+    """Drop the optional features of ``spec`` a backend does not claim (they are reported "not
+    implemented" by the tests that need them) and the legacy mask in float16 (an error, ERR-9).
+    A causal mask dropped from a case with a window or ALiBi leaves its diagonal as
+    ``alignment``."""
+    if (spec.causal is not None and "causal" not in capabilities and spec.alignment is None
+            and (spec.window is not None or spec.alibi is not None)):
+        spec = spec._replace(alignment=spec.causal)
+    spec = features.fit_features(spec, capabilities, op)
+    if spec.legacy_shape is not None and ("legacy_mask" not in capabilities or dtype == "float16"):
+        spec = spec._replace(legacy_shape=None)
+    if spec.bias_shape is not None and "bias" not in capabilities:
+        spec = spec._replace(bias_shape=None)
+    if spec.scale is not None and "scale" not in capabilities:
+        spec = spec._replace(scale=None)
+    if spec.causal is not None and "causal" not in capabilities:
+        spec = spec._replace(causal=None)
+    if (spec.mask_shape is not None or spec.key_padding) and "masks" not in capabilities:
+        spec = spec._replace(mask_shape=None, key_padding=False)
+    if op == "mha" and "cross" not in capabilities:  # every width h*d_k, as nn.MultiheadAttention
+        width = spec.heads * spec.d_k
+        spec = spec._replace(d_v=spec.d_k, d_model=width, k_dim=width, v_dim=width, d_out=width)
+    return spec
