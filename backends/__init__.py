@@ -17,6 +17,7 @@ import os
 import pathlib
 import sys
 from importlib.metadata import entry_points
+from typing import Any, Iterable, NamedTuple
 
 from ._base import (ALL_DTYPES, CAPABILITIES, FEATURE_ARGUMENTS, OPTIONAL_CAPABILITIES,
                     PROTOCOL_VERSION, AttentionOutputs, Backend, MHAParams, native_byte_order)
@@ -25,7 +26,7 @@ from ._generic import Algorithm
 __all__ = ["ALL_DTYPES", "CAPABILITIES", "FEATURE_ARGUMENTS", "OPTIONAL_CAPABILITIES",
            "PROTOCOL_VERSION", "Algorithm", "AttentionOutputs", "Backend", "MHAParams",
            "native_byte_order",
-           "BackendLoadError", "load_backend", "registered_backends"]
+           "BackendLoadError", "Loadable", "load_backend", "loadable", "registered_backends"]
 
 ENTRY_POINT_GROUP = "mhaspec.backends"
 REQUIRED_MEMBERS = ("name", "framework", "capabilities", "framework_version", "devices", "dtypes",
@@ -77,6 +78,27 @@ def load_backend(ref: str):
     if unknown:
         raise BackendLoadError(f"backend {ref!r} claims unknown capabilities: {sorted(unknown)}")
     return obj
+
+
+class Loadable(NamedTuple):
+    """The backends :func:`loadable` loaded (reference -> backend) and those it could not
+    (reference -> the :class:`BackendLoadError`'s message), each in the order asked for."""
+
+    backends: dict[str, Any]
+    failures: dict[str, str]
+
+
+def loadable(refs: Iterable[str] | None = None) -> Loadable:
+    """Load every reference of ``refs`` (default: every registered name, sorted) with
+    :func:`load_backend`, keeping those that load and, for the others (a framework or package not
+    installed, a bad reference), the reason."""
+    found = Loadable({}, {})
+    for ref in sorted(registered_backends()) if refs is None else refs:
+        try:
+            found.backends[ref] = load_backend(ref)
+        except BackendLoadError as exc:
+            found.failures[ref] = str(exc)
+    return found
 
 
 def _import_from_here(module_name: str, *, local: bool):

@@ -42,17 +42,10 @@ def load(name):
 
 def native_adapters() -> list[str]:
     """Every registered backend that adapts a framework's native op and whose framework imports."""
-    from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+    from mhaspec.backends import loadable
 
-    names = []
-    for name in sorted(registered_backends()):
-        try:
-            backend = load_backend(name)
-        except BackendLoadError:
-            continue
-        if getattr(backend, "native_op", ""):
-            names.append(name)
-    return names
+    return [name for name, backend in loadable().backends.items()
+            if getattr(backend, "native_op", "")]
 
 
 def random_mask_shape(rng, b, h, l_q, l_k):

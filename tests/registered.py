@@ -7,19 +7,15 @@ import functools
 
 import pytest
 
-from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+from mhaspec.backends import loadable
 
 
 @functools.cache
 def registered() -> dict[str, object]:
     """name -> loaded backend, or the reason (a string) it cannot load, for every registered one."""
-    out: dict[str, object] = {}
-    for name in sorted(registered_backends()):
-        try:
-            out[name] = load_backend(name)
-        except BackendLoadError as exc:
-            out[name] = str(exc)
-    return out
+    found = loadable()
+    return {name: found.backends.get(name, found.failures.get(name)) for name in
+            sorted(found.backends.keys() | found.failures.keys())}
 
 
 def loaded() -> dict[str, object]:

@@ -20,8 +20,7 @@ import copy
 import numpy as np
 import pytest
 
-from mhaspec.backends import (Algorithm, AttentionOutputs, BackendLoadError, MHAParams,
-                              load_backend, registered_backends)
+from mhaspec.backends import Algorithm, AttentionOutputs, MHAParams, load_backend, loadable
 from mhaspec.spec import oracle
 
 B, H, G, L_Q, L_K, L_PAST, D_K, D_V = 2, 4, 2, 3, 5, 3, 4, 3
@@ -35,16 +34,10 @@ def _generic_backends() -> list[str]:
     """Registered backends that run one of the generic algorithms with its dense kernel, which
     forms the weights: not the native adapters (``native_op``: the framework's op computes) nor
     a blockwise kernel that forms no weights (numpy-chunked: tests/test_np_chunked.py)."""
-    names = []
-    for name in sorted(registered_backends()):
-        try:
-            backend = load_backend(name)
-        except BackendLoadError:
-            continue  # an adapter whose framework is missing: not a generic backend
-        if isinstance(getattr(backend, "algorithm", None), Algorithm) \
-                and not getattr(backend, "native_op", "") and "weights" in backend.capabilities:
-            names.append(name)
-    return names
+    # an adapter whose framework is missing is not a generic backend
+    return [name for name, backend in loadable().backends.items()
+            if isinstance(getattr(backend, "algorithm", None), Algorithm)
+            and not getattr(backend, "native_op", "") and "weights" in backend.capabilities]
 
 
 BACKENDS = _generic_backends()

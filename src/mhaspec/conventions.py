@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from mhaspec import usage
-from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+from mhaspec.backends import loadable
 
 from mhaspec.conformance import harness, tolerance
 from mhaspec.conformance.strategies import CaseSpec
@@ -79,17 +79,17 @@ def _adapters(refs: list[str]) -> tuple[list, list[str]]:
     imports; and the names of the registered ones left out because their framework does not."""
     if refs:
         return [usage.load_backend(ref) for ref in refs], []
-    loaded, skipped = [], []
-    for name in sorted(registered_backends()):
+    found = loadable()
+    loaded, skipped = [], list(found.failures)
+    for name, backend in found.backends.items():
         try:
-            backend = load_backend(name)
             backend.framework_version()
-        except (BackendLoadError, ImportError):
+        except ImportError:
             skipped.append(name)  # its framework is not installed (or does not import)
             continue
         if getattr(backend, "conventions", None):
             loaded.append(backend)
-    return loaded, skipped
+    return loaded, sorted(skipped)
 
 
 def main(argv: list[str] | None = None) -> int:

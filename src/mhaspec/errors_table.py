@@ -10,7 +10,7 @@ import sys
 from mhaspec import generated, usage
 from mhaspec.backends import ALL_DTYPES
 from mhaspec.conformance import harness
-from mhaspec.conformance.test_errors import BAD_INPUTS, invalid_call
+from mhaspec.conformance.invalid_inputs import BAD_INPUTS, invalid_call
 from mhaspec.spec import SPEC_VERSION
 
 

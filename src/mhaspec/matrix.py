@@ -32,7 +32,7 @@ from collections import defaultdict
 import numpy as np
 
 from mhaspec import conventions, generated, runner, usage
-from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+from mhaspec.backends import loadable
 from mhaspec.conformance import harness, verdicts
 from mhaspec.conformance.strategies import CaseSpec, build_case
 from mhaspec.spec import load as load_spec
@@ -67,7 +67,7 @@ def _chapter_cell(outcomes: dict[str, str], deviations: dict[str, str]) -> str:
     if not ran:
         return "unavailable" if outcomes else ""
     worst = verdicts.chapter_verdict(ran)
-    if worst in ("fail", "stale-deviation"):
+    if worst in verdicts.BAD:
         bad = [c for c, o in ran.items() if o == worst]
         return CELL[worst] + ": " + ", ".join(link(c) for c in bad)
     parts = []
@@ -141,7 +141,8 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
     chapters = [ch for ch in spec.chapters if any(c.chapter == ch.id and c.testable
                                                   for c in spec.clauses)]
     clause_chapter = {c.id: c.chapter for c in spec.clauses}
-    worst = {key: entry["outcome"] for key, entry in verdicts.summarize(results).items()}
+    table = verdicts.summarize(results)
+    worst = {key: entry["outcome"] for key, entry in table.items()}
     combos: dict[str, set] = defaultdict(set)
     seconds: dict[str, float] = defaultdict(float)
     for r in results:
@@ -195,11 +196,8 @@ def render(results: list[dict], backends: dict, dtypes: str | None, profile: str
             outcomes = {c: o for (b, c), o in worst.items() if b == n and clause_chapter.get(c) == ch.id}
             cells.append(_chapter_cell(outcomes, devs))
         lines.append(f"| `{n}` | " + " | ".join(cells) + " |")
-    counts = defaultdict(lambda: defaultdict(int))
-    for (b, _), o in worst.items():
-        counts[b][o] += 1
     lines += ["", "Clauses per outcome: " + "; ".join(
-        f"`{n}` " + ", ".join(f"{counts[n][o]} {o}" for o in verdicts.SEVERITY if counts[n][o])
+        f"`{n}` " + ", ".join(f"{k} {o}" for o, k in verdicts.outcome_counts(table, n).items())
         for n in names) + ".", ""]
     lines += _conventions_section([backends[n] for n in names if n in backends])
     lines += ["## Pairwise agreement", "",
@@ -236,15 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", action="append", default=[],
                         help="only these backends (default: every registered backend)")
     args, extra = parser.parse_known_args(argv)
-    backends, refs = {}, []
-    for ref in args.backend or sorted(registered_backends()):
-        try:
-            be = load_backend(ref)
-        except BackendLoadError as exc:
-            print(f"skipping {ref}: {exc}", file=sys.stderr)
-            continue
-        backends[be.name] = be
-        refs.append(ref)
+    found = loadable(args.backend or None)
+    for ref, why in found.failures.items():
+        print(f"skipping {ref}: {why}", file=sys.stderr)
+    backends = {be.name: be for be in found.backends.values()}
+    refs = list(found.backends)
     not_run: list[dict] = []
     if args.report is not None:
         results = runner.load_results(args.report)

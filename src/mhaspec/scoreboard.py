@@ -30,7 +30,7 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 from mhaspec import certificate, coverage, usage
-from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+from mhaspec.backends import loadable
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
 
@@ -305,15 +305,8 @@ def splice(page: str, section: str) -> str:
 
 def certifiable() -> list[str]:
     """Registered backends that load here and have at least one available device."""
-    names = []
-    for name in sorted(registered_backends()):
-        try:
-            backend = load_backend(name)
-        except BackendLoadError:
-            continue
-        if any(why is None for why in backend.devices().values()):
-            names.append(name)
-    return names
+    return [name for name, backend in loadable().backends.items()
+            if any(why is None for why in backend.devices().values())]
 
 
 def main(argv: list[str] | None = None) -> int:

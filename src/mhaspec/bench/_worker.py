@@ -307,14 +307,10 @@ def cmd_pair(names: list[str], batch: int, length: int, d_model: int, heads: int
 def cmd_variants() -> dict[str, list[str]]:
     """framework -> the registered backends (entry points) built on it that import here, except the
     native-op adapters: the bench times the native ops themselves (``torch-native-*``)."""
-    from mhaspec.backends import BackendLoadError, load_backend, registered_backends
+    from mhaspec.backends import loadable
 
     out: dict[str, list[str]] = {}
-    for name in sorted(registered_backends()):
-        try:
-            backend = load_backend(name)
-        except BackendLoadError:
-            continue  # framework not installed
+    for name, backend in loadable().backends.items():  # a framework not installed: left out
         if not getattr(backend, "native_op", ""):
             out.setdefault(backend.framework, []).append(name)
     return out
