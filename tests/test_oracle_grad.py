@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from finite_differences import central_differences
 from mhaspec.spec import oracle
 from mhaspec.spec.oracle_grad import GRAD_NAMES, mha_vjp
-
-EPS = 1e-5
 
 
 def _case(seed, *, b=2, h=2, g=None, l_q=3, l_k=4, d_k=3, d_v=2, d_model=5, k_dim=4, v_dim=3,
@@ -43,20 +42,13 @@ def _loss(x, params, cot, kw):
 
 def _finite_differences(x, params, cot, kw) -> dict[str, np.ndarray]:
     arrays = {**x, **{n: t for n, t in params._asdict().items() if t is not None}}
-    fd = {}
-    for name, arr in arrays.items():
-        grad = np.zeros_like(arr)
-        for idx in np.ndindex(arr.shape):
-            vals = []
-            for sign in (1, -1):
-                moved = arr.copy()
-                moved[idx] += sign * EPS
-                xs = {n: (moved if n == name else t) for n, t in x.items()}
-                ps = params._replace(**{name: moved}) if name in params._fields else params
-                vals.append(_loss(xs, ps, cot, kw))
-            grad[idx] = (vals[0] - vals[1]) / (2 * EPS)
-        fd[name] = grad
-    return fd
+
+    def loss(moved: dict) -> float:
+        return _loss({n: moved[n] for n in x},
+                     params._replace(**{n: t for n, t in moved.items() if n in params._fields}),
+                     cot, kw)
+
+    return central_differences(loss, arrays)
 
 
 CASES = {

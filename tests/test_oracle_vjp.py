@@ -16,10 +16,9 @@ import mpmath
 import numpy as np
 import pytest
 
+from finite_differences import central_differences
 from mhaspec.spec import oracle
 from mhaspec.spec.oracle_vjp import attention_vjp, attention_with_sinks
-
-EPS = 1e-5
 DIFFERENTIABLE = ("q", "k", "v", "sinks", "bias", "past_key", "past_value")
 
 
@@ -40,18 +39,7 @@ def _loss(arrays, const, d_out, d_lse) -> float:
 
 
 def _finite_differences(arrays, const, d_out, d_lse) -> dict[str, np.ndarray]:
-    fd = {}
-    for name, arr in arrays.items():
-        grad = np.zeros_like(arr)
-        for idx in np.ndindex(arr.shape):
-            vals = []
-            for sign in (1, -1):
-                moved = arr.copy()
-                moved[idx] += sign * EPS
-                vals.append(_loss({**arrays, name: moved}, const, d_out, d_lse))
-            grad[idx] = (vals[0] - vals[1]) / (2 * EPS) if np.isfinite(arr[idx]) else 0.0
-        fd[name] = grad
-    return fd
+    return central_differences(lambda moved: _loss(moved, const, d_out, d_lse), arrays)
 
 
 def _segments(b, lq, lk):
