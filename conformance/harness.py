@@ -7,11 +7,14 @@ module imports one thing (``from . import harness``):
 
 * running a cell (:mod:`.cell`): :class:`Impl` (backend x device x dtype), :func:`run`,
   :class:`Result`, :func:`fit`, the per-call time limit (:class:`CallTimeout`);
-* judging (:mod:`.judge`): :func:`check` against the float64 oracle under NUM-3,
-  :func:`allowance`, :func:`reference`, :func:`oracle_result`;
+* judging (:mod:`.judge`): :func:`check` against the float64 oracle under NUM-3 (its parts, or
+  any other result judged like an output, through :func:`judge_parts`), :func:`allowance`,
+  :func:`reference`, :func:`oracle_result`;
 * expecting and reporting (:mod:`.expect`): :func:`expect_oracle`, :func:`expect_close`,
-  :func:`expect_rejections`, :func:`reproducer`, the saved failure files;
-* the running test's record (:mod:`.item_state`): :func:`record_ratio`.
+  :func:`expect_rejections`, :func:`reproducer`, the saved failure files.
+
+What a test did (calls, NUM-3 ratios, cases, its failure) is kept in its record in the pytest
+item's stash (:mod:`.item_state`); the plugin (:mod:`.plugin`) reports it.
 
 Stable interface: :func:`run`, :func:`check` and :func:`expect_oracle` keep their signatures.
 """
@@ -22,15 +25,13 @@ from .cell import (OPS, CallTimeout, Impl, Result, cell_deviations, fit, op_capa
                    op_deviations, run)
 from .expect import (expect_close, expect_oracle, expect_rejections, rejection_problem,
                      reproducer)
-from .item_state import record_ratio
-from .judge import (Check, Reference, allowance, check, float32_hint, lse_for_comparison,
-                    lse_scale, magnitude, oracle_result, reference, rows_left_to_mask9,
-                    sum_length)
+from .judge import (Check, Reference, allowance, check, float32_hint, judge_parts,
+                    lse_for_comparison, lse_scale, magnitude, oracle_result, reference,
+                    rows_left_to_mask9, sum_length)
 
 __all__ = ["OPS", "CallTimeout", "Impl", "Result", "cell_deviations", "fit", "op_capabilities",
            "op_deviations", "run",
            "expect_close", "expect_oracle", "expect_rejections", "rejection_problem", "reproducer",
-           "record_ratio",
-           "Check", "Reference", "allowance", "check", "float32_hint", "lse_for_comparison",
-           "lse_scale", "magnitude", "oracle_result", "reference", "rows_left_to_mask9",
-           "sum_length"]
+           "Check", "Reference", "allowance", "check", "float32_hint", "judge_parts",
+           "lse_for_comparison", "lse_scale", "magnitude", "oracle_result", "reference",
+           "rows_left_to_mask9", "sum_length"]

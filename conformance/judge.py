@@ -193,16 +193,27 @@ def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
                                      f"the spec {'requires' if mine is None else 'has'} one")
             parts.append((what, mine, want, [getattr(n, what) for n in naive],
                           finite_max_abs(want)))
-    checks = []
-    for what, actual, exp, nv, scale in parts:
-        verdict = tolerance.judge(actual, exp, nv, dtype=impl.dtype, scale=scale,
-                                  sum_length=sum_length(case.spec), condition=expected.condition)
-        record_ratio(clause, verdict.ratio)
-        checks.append(Check(what, verdict))
+    checks = judge_parts(parts, dtype=impl.dtype, clause=clause, sum_length=sum_length(case.spec),
+                         condition=expected.condition)
     if expected.present_lengths is not None:
         if got.present_lengths is None:
             raise AssertionError("present_lengths missing where the spec requires it (CACHE-1)")
         checks.append(Check("present_lengths", _exact(got.present_lengths, expected.present_lengths)))
+    return checks
+
+
+def judge_parts(parts, *, dtype: str, clause: str, sum_length: int = 0,
+                condition: float = 1.0) -> list[Check]:
+    """One :class:`Check` per ``(what, got, expected, naive, scale)`` of ``parts`` under NUM-3
+    (:func:`tolerance.judge`; ``naive``: one array or one per naive precision), recording the
+    worst ratio for ``clause`` on the running test. The parts of :func:`check`, and of any other
+    result judged like an output (GRAD-1's gradients)."""
+    checks = []
+    for what, actual, exp, nv, scale in parts:
+        verdict = tolerance.judge(actual, exp, nv, dtype=dtype, scale=scale, sum_length=sum_length,
+                                  condition=condition)
+        record_ratio(clause, verdict.ratio)
+        checks.append(Check(what, verdict))
     return checks
 
 

@@ -62,9 +62,9 @@ def expect_oracle_grads(impl, case, got: dict, clause: str) -> None:
     assert set(got) == set(want), (f"[{clause}] {impl.id}: gradients for {sorted(got)}, the spec "
                                    f"asks for {sorted(want)}")
     scale = grad_scale(want, info)
-    for name in want:
-        verdict = tolerance.judge(got[name], want[name], naive[name], dtype=impl.dtype, scale=scale)
-        harness.record_ratio(clause, verdict.ratio)
+    checks = harness.judge_parts([(name, got[name], want[name], naive[name], scale) for name in want],
+                                 dtype=impl.dtype, clause=clause)
+    for name, verdict in checks:
         if not verdict.ok:
             raise AssertionError(
                 f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): gradient of "

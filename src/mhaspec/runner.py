@@ -127,7 +127,7 @@ class _Provider:
 
 class InProcessRun(NamedTuple):
     """What an in-process run found. ``args``: the exact pytest arguments; ``collector``: the
-    plugin's :class:`~mhaspec.conformance.plugin.Collector` (results, not-run records, seconds
+    plugin's :class:`~mhaspec.conformance.results.Collector` (results, not-run records, seconds
     per backend, Hypothesis settings as run)."""
 
     exit_code: int
