@@ -193,7 +193,7 @@ def test_every_case_a_failing_run_saves_is_replayed_on_a_correct_backend(tmp_pat
     from suite_runner import run_suite
 
     from mhaspec.conformance import failure_file
-    from mhaspec.replay import replay
+    from mhaspec.replay import replay_file
 
     failures = tmp_path / "failures"
     run_suite(tmp_path, ["broken_backends:WRONG_SCALE"], "--mhaspec-failures", str(failures),
@@ -204,7 +204,7 @@ def test_every_case_a_failing_run_saves_is_replayed_on_a_correct_backend(tmp_pat
     for path in saved:
         meta, _ = failure_file.read_case(path)
         clauses.add(meta["clause"])
-        assert replay(path, backend="numpy-batched", max_bytes=failure_file.DEFAULT_MAX_BYTES) == 0, (
+        assert replay_file(path, backend="numpy-batched", max_bytes=failure_file.DEFAULT_MAX_BYTES) == 0, (
             path, capsys.readouterr().out[-2000:])
     assert {"SDPA-1", "MHA-6"} <= clauses, clauses
 

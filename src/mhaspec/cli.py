@@ -125,10 +125,10 @@ def cmd_sign(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from mhaspec.replay import replay
+    from mhaspec.replay import replay_file
 
-    return replay(args.file, backend=args.backend, recorded_backend=args.recorded_backend,
-                  max_bytes=args.max_bytes)
+    return replay_file(args.file, backend=args.backend, recorded_backend=args.recorded_backend,
+                       max_bytes=args.max_bytes)
 
 
 def cmd_backends(args) -> int:

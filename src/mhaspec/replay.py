@@ -33,8 +33,8 @@ def backend_ref(meta: dict, *, backend: str | None, recorded_backend: bool) -> s
     return recorded
 
 
-def replay(path, *, backend: str | None = None, recorded_backend: bool = False,
-           max_bytes: int) -> int:
+def replay_file(path, *, backend: str | None = None, recorded_backend: bool = False,
+                max_bytes: int) -> int:
     """Replay the case saved at ``path``: 0 if the backend now conforms on it, 1 if it still
     fails; a :class:`UsageError` for a file or backend that cannot be used."""
     from mhaspec.conformance import failure_file, harness
