@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+from mhaspec import runner
 from mhaspec.backends import CAPABILITIES
 from mhaspec.conformance.clause_capabilities import NEEDS, untestable_tags
 from mhaspec.spec import load
@@ -46,8 +47,9 @@ def test_every_conformance_test_requires_what_its_clauses_need(tmp_path):
     (tmp_path / "tagdump.py").write_text(DUMP_PLUGIN)
     dump = tmp_path / "tags.json"
     # the dump is independent of the plugin's own check (which refuses the run before it)
-    out = _pytest(tmp_path, "-p", "tagdump", "--pyargs", "mhaspec.conformance", "--collect-only",
-                  "-q", "--backend", "numpy-batched", env_extra={"TAG_DUMP": str(dump)})
+    out = _pytest(tmp_path, *runner.suite_args(backends=["numpy-batched"],
+                                               extra=["-p", "tagdump", "--collect-only"]),
+                  env_extra={"TAG_DUMP": str(dump)})
     rows = json.loads(dump.read_text()) if dump.exists() else []
     assert rows, out.stdout[-2000:] + out.stderr[-2000:]
     wrong = {}

@@ -20,6 +20,8 @@ import sys
 
 import pytest
 
+from mhaspec import runner
+
 BACKENDS = '''
 import ctypes
 import itertools
@@ -201,11 +203,10 @@ def test_a_backend_raising_xfail_fails_in_the_in_process_plugin_too(work, tmp_pa
     report = tmp_path / "report.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTEST_ADDOPTS", None)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "mhaspec.conformance",
-                           "--backend", "hostile_backends:XFAIL", "--mhaspec-profile", "ci",
-                           "-k", "test_split_heads_gives", "--mhaspec-report", str(report),
-                           "-p", "no:cacheprovider", "-q"], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(runner.command(runner.suite_args(
+        backends=["hostile_backends:XFAIL"], profile="ci", report=report,
+        extra=["-k", "test_split_heads_gives"])), cwd=work, env=env, capture_output=True,
+        text=True, timeout=300)
     outcomes = {r["outcome"] for r in json.loads(report.read_text("utf-8"))}
     assert outcomes == {"fail"}, (outcomes, output(proc))
     assert proc.returncode == 1

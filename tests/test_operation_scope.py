@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
+from mhaspec import runner
 from mhaspec.conformance import harness
 
 from suite_runner import HERE, run_suite
@@ -44,9 +44,8 @@ def test_op_deviations_keeps_unscoped_and_this_operations_keys():
 
 def test_claiming_more_for_one_operation_than_in_capabilities_is_a_usage_error(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs",
-                          "mhaspec.conformance", "--collect-only", "-q", "--backend",
-                          "scoped_backends:CLAIMS_MORE_FOR_ONE_OPERATION"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(runner.command(runner.suite_args(
+        backends=["scoped_backends:CLAIMS_MORE_FOR_ONE_OPERATION"], extra=["--collect-only"])),
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode != 0
     assert "capabilities_for('mha') claims ['grad']" in out.stdout + out.stderr, out.stderr[-2000:]

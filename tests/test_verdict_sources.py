@@ -175,7 +175,6 @@ def test_the_rejection_clauses_are_those_only_rejection_tests_name(tmp_path):
     clause with a value test too stays the library's."""
     import json
     import subprocess
-    import sys
 
     from test_clause_tags import DUMP_PLUGIN
 
@@ -183,10 +182,9 @@ def test_the_rejection_clauses_are_those_only_rejection_tests_name(tmp_path):
     dump = tmp_path / "tags.json"
     env = {**os.environ, "TAG_DUMP": str(dump),
            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tagdump",
-                          "--pyargs", "mhaspec.conformance", "--collect-only", "-q",
-                          "--backend", "numpy-batched"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(runner.command(runner.suite_args(
+        backends=["numpy-batched"], extra=["-p", "tagdump", "--collect-only"])),
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert dump.exists(), out.stdout[-2000:] + out.stderr[-2000:]
     by_clause: dict[str, set[bool]] = {}
     for row in json.loads(dump.read_text()):
