@@ -59,9 +59,11 @@ def install(session: nox.Session, *extras: str, groups: tuple[str, ...] = ("test
 def run_suite(session: nox.Session, *args: str) -> None:
     """Run the conformance suite (``MHASPEC_PROFILE``, default ci) with ``args`` and the session's
     arguments, on every core unless those choose the workers (see :func:`parallel`), with JAX's
-    compilation cache (see :func:`jax_cache_env`)."""
+    compilation cache (see :func:`jax_cache_env`). The pytest command is the one
+    ``mhaspec.runner`` builds for every run of the suite (``python -m mhaspec.runner``, in the
+    session's environment: this file cannot import mhaspec)."""
     workers, env = parallel(session.posargs)
-    session.run("pytest", "--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider",
+    session.run("python", "-m", "mhaspec.runner",
                 "--mhaspec-profile", os.environ.get("MHASPEC_PROFILE", "ci"), *args, *workers,
                 *session.posargs, env={**env, **jax_cache_env(session)})
 

@@ -2,7 +2,8 @@
 
 Every command and report that runs the suite goes through here: ``mhaspec certify`` in-process
 (:func:`run_in_process`), ``mhaspec matrix``, ``mhaspec soak`` and the project's own tests in a
-subprocess (:func:`command`, :func:`run_subprocess`, :func:`load_results`).
+subprocess (:func:`command`, :func:`run_subprocess`, :func:`load_results`), and the nox sessions
+through ``python -m mhaspec.runner [pytest arguments]`` (:func:`main`).
 
 An in-process run is isolated from its caller: pytest is given an empty ini file in a temporary
 directory (``-c``) and that directory as ``--rootdir``, so ``pytest.ini`` / ``tox.ini`` /
@@ -169,6 +170,12 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
     return InProcessRun(code, full, provider.collector)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mhaspec.runner [pytest arguments]``: the suite (:data:`BASE_ARGS`) run in this
+    process with the given arguments after its own; the exit status is pytest's."""
+    return int(pytest.main(suite_args(extra=sys.argv[1:] if argv is None else argv)))
+
+
 @contextlib.contextmanager
 def _environment(**changes: str | None):
     """Environment variables set (None: removed) for the duration of the block."""
@@ -186,3 +193,7 @@ def _environment(**changes: str | None):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
