@@ -48,20 +48,31 @@ from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 import pytest
-from hypothesis import example, reject, strategies as st
+from hypothesis import example, reject, settings, strategies as st
 
 from mhaspec.spec import oracle
 
 from . import extremes, features
-from .strategies import CI_SHAPES, LENGTHS, CaseSpec, build_case, shape_menu
+from .strategies import CI_SHAPES, LENGTHS, CaseSpec, Shapes, build_case, shape_menu
 
 #: L_q vs L_k: decoding (L_q = 1 < L_k), L_q < L_k (L_q > 1), prefill (L_q = L_k), L_q > L_k
 LENGTH_ORDERS = ("decode", "L_q<L_k", "L_q=L_k", "L_q>L_k")
 #: the ways a query row's allowed set becomes empty (MASK-9)
 EMPTY_BY = ("mask", "causal_bottom_right", "key_padding", "window", "segments", "seq_lengths",
             "minus_inf_bias")
+#: SHAPE-5's degenerate sizes: name -> the sizes it sets
+DEGENERATE = {
+    "L_k = 1": dict(len_k=1),
+    "L_q = 1": dict(len_q=1),
+    "h = 1": dict(heads=1),
+    "h = d_model": dict(heads=4, d_k=1, d_v=1, d_model=4, k_dim=4, v_dim=4, d_out=4),
+}
+#: soft caps by size: squeezing every logit, moderate, beyond float16's range (65504)
+CAPS = {"tiny": 1e-3, "moderate": 5.0, "huge": 1e6}
+#: window sides (left, right) that reach the bugs: one side each, both, an unbounded side
+WINDOWS = {"(1, 0)": (1, 0), "(0, 2)": (0, 2), "(3, 1)": (3, 1), "(None, 0)": (None, 0)}
 
-#: dimension -> its values
+#: dimension -> its values (a space may narrow them, :attr:`Space.values`)
 DIMENSIONS: dict[str, tuple[str, ...]] = {
     "op": ("sdpa", "mha"),
     "lengths": LENGTH_ORDERS,
@@ -70,14 +81,33 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "alignment": ("top_left", "bottom_right"),
     "past": ("all_valid", "per_item_lengths"),
     "causal": ("top_left", "bottom_right"),
+    "zero": ("batch", "len_q", "len_k", "batch+len_k"),  # the sizes that are 0 (SHAPE-4)
+    "degenerate": tuple(DEGENERATE),
+    "heads": ("1", ">1"),
+    "width": ("1", ">1"),  # d_k
+    "group": ("g=h", "1<g<h", "g=1"),  # key/value heads g of h query heads
+    "empty_rows": ("none", "some"),
+    "masked_by": ("none", "mask", "empty_row"),
+    "cap": tuple(CAPS),
+    "window": tuple(WINDOWS),
+    "segments": ("one", "per_token", "packed", "scattered"),
+    "seq_lengths": ("query", "key_value", "both"),
+    "nonfinite": ("-inf", "inf", "nan"),
+    "shared": ("self", "key=value", "query=key"),
+    "step": ("1", "2", "3"),  # tokens per call when decoding through a cache (CACHE-3)
+    "argument": (),  # the invalid argument (ERR): each clause's own values
 }
+#: dimensions a case does not show: the test records them with the case (harness.note)
+RECORDED = ("step", "argument")
 
 #: (dimension, value) -> the capability a case with it needs (others: the clause's own)
-NEEDS = {("op", "sdpa"): "sdpa", ("op", "mha"): "mha",
+NEEDS = {("op", "sdpa"): "sdpa", ("op", "mha"): "mha", ("op", "heads"): "heads",
+         ("op", "vjp"): "grad",
          ("empty_by", "mask"): "masks", ("empty_by", "key_padding"): "masks",
          ("empty_by", "causal_bottom_right"): "causal", ("empty_by", "window"): "window",
          ("empty_by", "segments"): "segments", ("empty_by", "seq_lengths"): "segments",
-         ("empty_by", "minus_inf_bias"): "bias", ("bias", "finite"): "bias"}
+         ("empty_by", "minus_inf_bias"): "bias", ("bias", "finite"): "bias",
+         ("masked_by", "mask"): "masks", ("masked_by", "empty_row"): "masks"}
 
 
 def _empties_a_row(row: Mapping[str, str]) -> bool:
@@ -91,30 +121,176 @@ def _always(row: Mapping[str, str]) -> bool:
     return True
 
 
+def _same(shape):
+    return shape
+
+
 class Space(NamedTuple):
     """A clause's condition space: its dimensions (``op`` first when the test is parametrized by
-    operation), the fixed fields its cases carry (e.g. the causal alignment of MASK-6), and which
-    full rows are possible."""
+    operation), the fixed fields its cases carry (e.g. the causal alignment of MASK-6; a
+    function of the shape where they depend on it), which full rows are possible, the
+    operations its tests run, values narrowed for this clause, what a case's shape must be made
+    to fit the test (e.g. batch > 1), and the test arguments a value sets (dimension ->
+    value -> keyword arguments of the test's example)."""
 
     dimensions: tuple[str, ...]
-    fixed: Mapping[str, object] = {}
+    fixed: Mapping[str, object] | Callable = {}
     possible: Callable[[Mapping[str, str]], bool] = _always
+    ops: tuple[str, ...] = ("sdpa", "mha")
+    values: Mapping[str, tuple[str, ...]] = {}
+    shape: Callable = _same
+    arguments: Mapping[str, Callable[[str], dict]] = {}
 
+
+def values_of(space: Space, dimension: str) -> tuple[str, ...]:
+    """The values ``dimension`` takes in ``space``."""
+    if dimension == "op":
+        return space.ops
+    return space.values.get(dimension, DIMENSIONS[dimension])
+
+
+def _full(shape) -> tuple[int, int, int, int]:
+    return (shape.batch, shape.heads, shape.len_q, shape.len_k)
+
+
+def _orders(*orders: str) -> Callable[[Mapping[str, str]], bool]:
+    """Rows whose ``lengths`` is one of ``orders``."""
+    return lambda row: row.get("lengths", orders[0]) in orders
+
+
+def _shape4_possible(row: Mapping[str, str]) -> bool:
+    """L_q = 0 leaves L_q < L_k; L_k = 0 leaves L_q > L_k; B = 0 keeps any ordering."""
+    want = {"len_q": "L_q<L_k", "len_k": "L_q>L_k", "batch+len_k": "L_q>L_k"}.get(row["zero"])
+    return want is None or row["lengths"] == want
+
+
+def _mha3_possible(row: Mapping[str, str]) -> bool:
+    """One array for all three inputs or for query and key: L_q = L_k."""
+    return row["shared"] == "key=value" or row["lengths"] == "L_q=L_k"
+
+
+#: ERR clause -> op -> the arguments its invalid calls name (test_errors.BAD_INPUTS; a test
+#: checks the two agree)
+ERROR_ARGUMENTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "ERR-2": {"mha": ("num_heads",)},
+    "ERR-3": {"sdpa": ("q", "v"), "mha": ("query", "key")},
+    "ERR-4": {"sdpa": ("k", "v"), "mha": ("key",)},
+    "ERR-5": {"sdpa": ("v",), "mha": ("value",)},
+    "ERR-6": {"sdpa": ("k",), "mha": ("w_q", "w_k", "w_o", "b_o")},
+    "ERR-7": {"sdpa": ("mask", "bias", "legacy_mask", "key_padding_mask", "causal"),
+              "mha": ("mask", "bias", "legacy_mask", "causal")},
+    "ERR-8": {"sdpa": ("q", "k"), "mha": ("value", "w_o")},
+    "ERR-9": {"sdpa": ("legacy_mask",), "mha": ("legacy_mask",)},
+    "ERR-10": {"sdpa": ("scale",), "mha": ("scale",)},
+}
+
+
+def _error_space(clause: str) -> Space:
+    """An ERR clause: each invalid argument of its catalogue, in each operation it names."""
+    by_op = ERROR_ARGUMENTS[clause]
+    values = tuple(dict.fromkeys(a for args in by_op.values() for a in args))
+    return Space(("op", "argument"), ops=tuple(by_op), values={"argument": values},
+                 possible=lambda r: r["argument"] in by_op.get(r.get("op"), values))
+
+
+def _mask(shape) -> dict:
+    return {"mask_shape": _full(shape)}
+
+
+OPS_SDPA, OPS_MHA = ("sdpa",), ("mha",)
+LENGTHS = ("op", "lengths")
 
 SPACES: dict[str, Space] = {
-    "MASK-6": Space(("op", "lengths"), {"causal": "top_left"}),
-    "MASK-7": Space(("op", "lengths"), {"causal": "bottom_right"}),
+    "SHAPE-1": Space(LENGTHS, ops=OPS_MHA),
+    "SHAPE-2": Space(LENGTHS),
+    "SHAPE-3": Space(LENGTHS, ops=OPS_SDPA),
+    "SHAPE-4": Space(("op", "zero", "lengths"), possible=_shape4_possible,
+                     arguments={"zero": lambda v: {"empty": v}}),
+    "SHAPE-5": Space(("op", "degenerate"), arguments={"degenerate": lambda v: {"which": v}}),
+    "PARAM-1": Space(LENGTHS, ops=OPS_MHA),
+    "PARAM-2": Space(LENGTHS, ops=OPS_MHA, shape=lambda s: s._replace(heads=max(2, s.heads))),
+    "HEAD-1": Space(("heads", "width"), ops=()),
+    "HEAD-2": Space(("heads", "width"), ops=()),
+    "SDPA-1": Space(LENGTHS, ops=OPS_SDPA),
+    "SDPA-2": Space(LENGTHS, {"scale": 0.5}, ops=OPS_SDPA),
+    "SDPA-3": Space(LENGTHS, ops=OPS_SDPA,
+                    shape=lambda s: s if s.d_v != s.d_k else s._replace(d_v=2 * s.d_k)),
+    "SDPA-4": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True}, ops=OPS_SDPA),
+    "SDPA-5": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True}, ops=OPS_SDPA),
+    "SDPA-6": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True}, ops=OPS_SDPA),
+    "SDPA-7": Space(LENGTHS, {"key_padding": True}, ops=OPS_SDPA,
+                    shape=lambda s: s._replace(batch=max(2, s.batch))),
+    "MASK-1": Space(LENGTHS, _mask),
+    "MASK-2": Space(LENGTHS, lambda s: {"bias_shape": _full(s)}),
+    "MASK-3": Space(LENGTHS, lambda s: {"legacy_shape": _full(s)}),
+    "MASK-5": Space(LENGTHS, {"key_padding": True}),
+    "MASK-6": Space(LENGTHS, {"causal": "top_left"}),
+    "MASK-7": Space(LENGTHS, {"causal": "bottom_right"}),
     "MASK-8": Space(("op", "lengths", "causal", "bias"), {"key_padding": True}),
     "MASK-9": Space(("op", "empty_by", "bias", "lengths"), {}, _empties_a_row),
-    "WIN-1": Space(("op", "lengths", "alignment"), {"window": (1, 0)}),
+    "MASK-10": Space(LENGTHS, {"key_padding": True, "causal": "top_left"}),
+    "MASK-11": Space(("op", "lengths", "empty_rows"), _mask),
+    "MASK-12": Space(LENGTHS, {"key_padding": True}),
+    "MASK-13": Space(("op", "lengths", "nonfinite"), {"key_padding": True},
+                     arguments={"nonfinite": lambda v: {"value": v}}),
+    "MHA-1": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True}, ops=OPS_MHA),
+    "MHA-2": Space(LENGTHS, _mask, _orders("decode", "L_q<L_k", "L_q>L_k"), ops=OPS_MHA,
+                   shape=lambda s: s._replace(heads=max(2, s.heads))),
+    "MHA-3": Space(("op", "lengths", "shared"), {}, _mha3_possible, ops=OPS_MHA,
+                   arguments={"shared": lambda v: {} if v == "self" else {"which": v}}),
+    "MHA-4": Space(LENGTHS, ops=OPS_MHA, shape=lambda s: s if len({s.d_model, s.k_dim, s.v_dim}) > 1
+                   else s._replace(k_dim=max(1, s.d_model // 2))),
+    "MHA-5": Space(("op",), ops=OPS_MHA),  # the source document's one example (32, 50, 512)
+    "MHA-6": Space(LENGTHS, ops=OPS_MHA),
+    "ERR-1": Space(("op",)),
+    **{clause: _error_space(clause) for clause in ERROR_ARGUMENTS},
+    "NUM-1": Space(LENGTHS),
+    # long dot products (float32) and d_k = 8 (float64): queries against more keys
+    "NUM-2": Space(("lengths",), {}, _orders("decode", "L_q<L_k"), ops=(),
+                   shape=lambda s: s._replace(d_k=8)),
+    "NUM-3": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True, "causal": "top_left"}),
+    "NUM-4": Space(LENGTHS, _mask),
+    "NUM-5": Space(LENGTHS, {"key_padding": True}),
+    "NUM-6": Space(LENGTHS),
+    "GRAD-1": Space(LENGTHS, ops=OPS_MHA),
+    "GRAD-2": Space(LENGTHS, lambda s: {**_mask(s), "fully_masked_rows": True}, ops=OPS_MHA),
+    "INPUT-1": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True},
+                     ops=("heads", "sdpa", "mha", "vjp")),
+    "GQA-1": Space(("op", "lengths", "group"), {"key_padding": True}, ops=OPS_SDPA),
+    "GQA-2": Space(LENGTHS, ops=OPS_SDPA),
+    "SOFTCAP-1": Space(("op", "lengths", "masked_by", "cap")),
+    "SOFTCAP-2": Space(LENGTHS),
+    "WIN-1": Space(("op", "lengths", "alignment", "window")),
+    "WIN-2": Space(LENGTHS),
     "ALIBI-1": Space(("op", "lengths", "alignment"), {"alibi": "geometric"}),
+    "ALIBI-2": Space(("op", "lengths", "alignment"), lambda s: {"alibi": "geometric",
+                                                               "bias_shape": _full(s)}),
+    "ALIBI-3": Space(LENGTHS),
+    "SEG-1": Space(("op", "lengths", "segments")),
+    "SEG-2": Space(("op", "lengths", "seq_lengths")),
+    "SEG-3": Space(LENGTHS, {"segments": "packed", "causal": "bottom_right"}),
+    "SEG-4": Space(LENGTHS, {"segments": "packed"}, ops=OPS_SDPA),
+    "SEG-5": Space(LENGTHS),
+    "CACHE-1": Space(("op", "lengths", "past"), {"past_len": 3}),
     "CACHE-2": Space(("op", "lengths", "past"), {"past_len": 3, "causal": "bottom_right"}),
+    "CACHE-3": Space(("op", "step"), {"causal": "bottom_right", "self_attention": True},
+                     arguments={"step": lambda v: {"step": int(v)}}),
+    "CACHE-4": Space(LENGTHS),
+    "LSE-1": Space(("op", "lengths", "empty_rows"), lambda s: {**_mask(s), "lse": True}),
+    "LSE-2": Space(LENGTHS, {"lse": True, "key_padding": True}, ops=OPS_SDPA,
+                   arguments={}),
 }
+
+
+def fixed_fields(space: Space, shape) -> dict:
+    """The fixed CaseSpec fields of ``space``'s cases on ``shape``."""
+    return dict(space.fixed(shape) if callable(space.fixed) else space.fixed)
 
 
 def _rows(space: Space, dims: tuple[str, ...]) -> list[dict[str, str]]:
     """Every possible full row over ``dims`` (product of values, filtered)."""
-    rows = [dict(zip(dims, values)) for values in itertools.product(*(DIMENSIONS[d] for d in dims))]
+    rows = [dict(zip(dims, values))
+            for values in itertools.product(*(values_of(space, d) for d in dims))]
     return [r for r in rows if space.possible(r)]
 
 
@@ -149,6 +325,11 @@ def order_of(len_q: int, len_k: int) -> str:
     if len_q == 1 and len_k > 1:
         return "decode"
     return "L_q<L_k" if len_q < len_k else "L_q=L_k" if len_q == len_k else "L_q>L_k"
+
+
+def _past(space: Space) -> int:
+    """L_past of the space's cases (0: no cache)."""
+    return 0 if callable(space.fixed) else space.fixed.get("past_len") or 0
 
 
 def _shape_for(order: str, draw=None, past: int = 0):
@@ -193,6 +374,54 @@ def _fields(row: Mapping[str, str], shape) -> dict:
         kw["seq_lengths"] = "both"
     elif way == "minus_inf_bias":
         kw["extreme"] = extremes.BLOCKED_BIAS_ROWS
+    kw.update(_feature_fields(row, shape))
+    return kw
+
+
+def _feature_fields(row: Mapping[str, str], shape) -> dict:
+    """The fields of the dimensions beyond masking (sizes, groups, soft-cap, window, ...)."""
+    full = _full(shape)
+    kw: dict = {}
+    zero = row.get("zero")
+    if zero is not None:
+        kw.update({name: 0 for name in zero.split("+")})
+    if "degenerate" in row:
+        kw.update(DEGENERATE[row["degenerate"]])
+    if "heads" in row:
+        kw["heads"] = 1 if row["heads"] == "1" else max(2, shape.heads)
+    if "width" in row:
+        kw["d_k"] = 1 if row["width"] == "1" else max(2, shape.d_k)
+    group = row.get("group")
+    if group == "1<g<h":
+        kw.update(heads=4, kv_heads=2)
+    elif group is not None:
+        heads = max(2, shape.heads)
+        kw.update(heads=heads, kv_heads=heads if group == "g=h" else 1)
+    if row.get("empty_rows") == "some":
+        kw.update(mask_shape=full, fully_masked_rows=True)
+    masked = row.get("masked_by")
+    if masked == "mask":
+        kw["mask_shape"] = full
+    elif masked == "empty_row":
+        kw.update(mask_shape=full, fully_masked_rows=True)
+    if "cap" in row:
+        kw["softcap"] = CAPS[row["cap"]]
+    if "window" in row:
+        kw.update(window=WINDOWS[row["window"]], alignment=row.get("alignment", "bottom_right"))
+    if "segments" in row:
+        kw["segments"] = row["segments"]
+    if "seq_lengths" in row:
+        kw["seq_lengths"] = row["seq_lengths"]
+    if "nonfinite" in row:
+        kw["extreme"] = extremes.masked_key(row["nonfinite"])
+    shared = row.get("shared")
+    if shared == "self":
+        kw["self_attention"] = True
+    elif shared is not None:
+        kw["extreme"] = extremes.shared(shared)
+    if "group" in row or "heads" in row:  # mask shapes over the heads drawn here
+        kw.update({f: (*v[:1], kw.get("heads", shape.heads), *v[2:]) for f, v in
+                   kw.items() if f in ("mask_shape", "bias_shape") and v is not None})
     return kw
 
 
@@ -208,10 +437,13 @@ def row_spec(clause: str, row: Mapping[str, str], *, shape=None, seed: int = 0,
     whose condition depends on random arrays, e.g. segment ids that leave a query alone).
     Raises ValueError when none of :data:`SEED_TRIES` seeds does (a declaration no case meets)."""
     space = SPACES[clause]
-    shape = shape or _shape_for(row.get("lengths", "L_q=L_k"), past=space.fixed.get("past_len", 0))
-    base = CaseSpec(**shape._asdict(), self_attention=False, **{**space.fixed, **rest},
-                    **_fields(row, shape))
-    want = {k: v for k, v in row.items() if k != "op"}
+    shape = space.shape(shape or _shape_for(row.get("lengths", "L_q=L_k"), past=_past(space)))
+    base = CaseSpec(**{**shape._asdict(), "self_attention": False, **fixed_fields(space, shape),
+                       **rest, **_fields(row, shape)})
+    if base.self_attention:  # one array for query, key and value: its widths
+        width = base.heads * base.d_k
+        base = base._replace(d_v=base.d_k, d_model=width, k_dim=width, v_dim=width)
+    want = {k: v for k, v in row.items() if k != "op" and k not in RECORDED}
     for s in range(seed, seed + SEED_TRIES):
         spec = base._replace(seed=s)
         if any(_matches(seen, want) for seen in observe(spec, "sdpa", space.dimensions)):
@@ -223,14 +455,46 @@ def _matches(seen: Mapping[str, str], want: Mapping[str, str]) -> bool:
     return all(seen.get(k) == v for k, v in want.items())
 
 
-def cover(clause: str):
-    """Decorator: the rows of :func:`covering_rows` as explicit examples ``spec=...`` of a
-    ``@given`` test (put it above ``@given``)."""
+def cover(clause: str, only: Callable[[Mapping[str, str]], bool] = _always, **arguments):
+    """Decorator: the rows of :func:`covering_rows` (those ``only`` keeps: a clause two tests
+    share) as explicit examples ``spec=...`` of a ``@given`` test (put it above ``@given``);
+    ``arguments``: the test's other arguments, as each example passes them (a row's value of a
+    dimension the test takes as an argument overrides them, :attr:`Space.arguments`)."""
+    space = SPACES[clause]
+
     def decorate(test):
-        for i, row in enumerate(covering_rows(clause)):
-            test = example(spec=row_spec(clause, dict(row), seed=1000 * i))(test)
-        return test
+        rows = [dict(row) for row in covering_rows(clause) if only(dict(row))]
+        for i, row in enumerate(rows):
+            extra = dict(arguments)
+            for d, to_args in space.arguments.items():
+                extra.update(to_args(row[d]))
+            test = example(spec=row_spec(clause, row, seed=1000 * i), **extra)(test)
+        return with_budget(test, len(rows))
     return decorate
+
+
+#: the fewest cases Hypothesis draws beside a test's covering rows in a derandomized profile
+MIN_DRAWN = 2
+
+
+def with_budget(test, rows: int):
+    """``test`` with its covering ``rows`` counted toward the examples of a derandomized profile
+    (``ci``, ``triage``: the covering rows choose cases there): Hypothesis draws the profile's
+    ``max_examples`` minus the rows, at least :data:`MIN_DRAWN`. Random profiles (``certify``,
+    ``dev``) draw their full number beside the rows. The profile is the one loaded when the test
+    module is imported (the plugin loads it before collection)."""
+    profile = settings.default
+    if not profile.derandomize or not rows:
+        return test
+    return settings(profile, max_examples=max(MIN_DRAWN, profile.max_examples - rows))(test)
+
+
+def row_specs(clause: str, spec: CaseSpec, keep: tuple[str, ...] = ()) -> list[CaseSpec]:
+    """``spec`` on the sizes of each covering row of ``clause`` but those named in ``keep`` (a
+    test that is no Hypothesis test, e.g. a rejection, runs each in every operation it runs)."""
+    rows = [row_spec(clause, dict(row)) for row in covering_rows(clause)]
+    return [spec._replace(**{f: getattr(r, f) for f in Shapes._fields if f not in keep},
+                          self_attention=False) for r in rows]
 
 
 @st.composite
@@ -240,7 +504,7 @@ def specs(draw, clause: str) -> CaseSpec:
     space = SPACES[clause]
     dims = tuple(d for d in space.dimensions if d != "op")
     row = draw(st.sampled_from(_rows(space, dims)))
-    shape = _shape_for(row.get("lengths", "L_q=L_k"), draw, space.fixed.get("past_len", 0))
+    shape = _shape_for(row.get("lengths", "L_q=L_k"), draw, _past(space))
     try:
         return row_spec(clause, row, shape=shape, seed=draw(st.integers(0, 2**16)),
                         use_bias=draw(st.booleans()),
@@ -288,36 +552,80 @@ def _ways_emptied(spec: CaseSpec) -> tuple[str, ...]:
     return tuple(w for w in EMPTY_BY if ways[w])
 
 
-def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...]) -> list[dict[str, str]]:
-    """The rows over ``dimensions`` that the case ``spec`` (as run: fitted to the backend) holds:
-    one per way its rows empty (``empty_by`` "none" when none does)."""
+def _sizes(spec: CaseSpec) -> dict[str, str]:
+    """The size dimensions of ``spec``: zero sizes, heads, width, key/value groups."""
+    zero = "+".join(n for n in ("batch", "len_q", "len_k") if getattr(spec, n) == 0) or "none"
+    g, h = features.kv_heads(spec), spec.heads
+    return {"zero": zero, "heads": "1" if h == 1 else ">1", "width": "1" if spec.d_k == 1 else ">1",
+            "group": "g=h" if g == h else "g=1" if g == 1 else "1<g<h"}
+
+
+def _features(spec: CaseSpec) -> dict[str, str]:
+    """The feature dimensions of ``spec`` (soft-cap, window, segments, extremes, ...)."""
+    cap = spec.softcap
+    window = {v: k for k, v in WINDOWS.items()}.get(spec.window, "other")
+    kind, args = extremes.parse(spec.extreme) if spec.extreme else ("none", [""])
+    return {"cap": "none" if cap is None else "tiny" if cap <= 1e-2 else "huge" if cap >= 1e4
+            else "moderate",
+            "window": "none" if spec.window is None else window,
+            "segments": spec.segments or "none", "seq_lengths": spec.seq_lengths or "none",
+            "nonfinite": args[0] if kind == "masked-key" else "none",
+            "shared": "self" if spec.self_attention else args[0] if kind == "shared" else "none"}
+
+
+def _multi(spec: CaseSpec, dimensions: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The dimensions a case can hold several values of at once: the ways its rows empty, the
+    degenerate sizes it has, the masking its rows see (each value gives a row of its own)."""
+    out = {}
+    if {"empty_by", "empty_rows", "masked_by"} & set(dimensions):
+        ways = _ways_emptied(spec)
+        out["empty_by"] = ways or ("none",)
+        out["empty_rows"] = ("some",) if ways else ("none",)
+        out["masked_by"] = ("empty_row",) if ways else ("mask",) if (
+            spec.mask_shape is not None or spec.key_padding) else ("none",)
+    if "degenerate" in dimensions:
+        sizes = {"L_k = 1": spec.len_k == 1, "L_q = 1": spec.len_q == 1, "h = 1": spec.heads == 1,
+                 "h = d_model": spec.heads > 1 and spec.d_k == 1}
+        out["degenerate"] = tuple(n for n, holds in sizes.items() if holds) or ("none",)
+    return {d: v for d, v in out.items() if d in dimensions}
+
+
+def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...],
+            recorded: Mapping[str, str] = {}) -> list[dict[str, str]]:
+    """The rows over ``dimensions`` that the case ``spec`` (as run: fitted to the backend) holds
+    (one per value of a dimension it holds several of, :func:`_multi`); ``recorded``: values of
+    :data:`RECORDED` dimensions the test noted with it ("none" when not)."""
     base = {"op": op, "lengths": order_of(spec.len_q, features.key_length(spec)),
             "bias": "none" if spec.bias_shape is None else "finite",
             "alignment": spec.alignment or spec.causal
             or ("bottom_right" if spec.past_len is not None else "none"),
             "causal": spec.causal or "none",
             "past": "none" if spec.past_len is None
-            else "per_item_lengths" if spec.past_valid else "all_valid"}
-    ways = _ways_emptied(spec) if "empty_by" in dimensions else ("none",)
-    return [{d: {**base, "empty_by": w}[d] for d in dimensions} for w in ways or ("none",)]
+            else "per_item_lengths" if spec.past_valid else "all_valid",
+            **_sizes(spec), **_features(spec), **{d: "none" for d in RECORDED}, **recorded}
+    multi = _multi(spec, dimensions)
+    rows = [dict(zip(multi, values)) for values in itertools.product(*multi.values())]
+    return [{d: {**base, **extra}[d] for d in dimensions} for extra in rows]
 
 
-#: the cases the running test ran: a set of (op, CaseSpec) on ``item.stash``
+#: the cases the running test ran: a set of (op, CaseSpec, recorded values) on ``item.stash``
 RAN_KEY = pytest.StashKey[set]()
 
 
-def note(item, op: str, spec: CaseSpec) -> None:
-    """Keep that ``item`` ran ``op`` on the (fitted) case ``spec``."""
-    item.stash.setdefault(RAN_KEY, set()).add((op, spec))
-
-
-#: what every clause without a declared space records of its cases (the audit shows it)
-GENERIC = ("op", "lengths")
+def note(item, op: str, spec: CaseSpec, **recorded: str) -> None:
+    """Keep that ``item`` ran ``op`` on the (fitted) case ``spec``, with the values of
+    :data:`RECORDED` dimensions the case does not show (e.g. the invalid ``argument``)."""
+    item.stash.setdefault(RAN_KEY, set()).add((op, spec, tuple(sorted(recorded.items()))))
 
 
 def dimensions_of(clause: str) -> tuple[str, ...]:
-    """The clause's declared dimensions, else :data:`GENERIC` (observed, not required)."""
-    return SPACES[clause].dimensions if clause in SPACES else GENERIC
+    """The clause's declared dimensions (every testable clause has a space, :func:`undeclared`)."""
+    return SPACES[clause].dimensions
+
+
+def undeclared(clause_ids) -> list[str]:
+    """The clauses of ``clause_ids`` without a condition space (an error of the suite)."""
+    return [c for c in clause_ids if c not in SPACES]
 
 
 def ran(item, clauses) -> dict[str, list[dict[str, str]]]:
@@ -325,8 +633,11 @@ def ran(item, clauses) -> dict[str, list[dict[str, str]]]:
     cases = item.stash.get(RAN_KEY, set())
     out = {}
     for clause in clauses if cases else ():
+        if clause not in SPACES:
+            continue
         dims = dimensions_of(clause)
-        rows = {tuple(r.items()) for op, spec in cases for r in observe(spec, op, dims)}
+        rows = {tuple(r.items()) for op, spec, rec in cases
+                for r in observe(spec, op, dims, dict(rec))}
         out[clause] = [dict(r) for r in sorted(rows)]
     return out
 
@@ -351,8 +662,9 @@ def uncovered(clause: str, rows_ran, capabilities) -> list[str]:
 def not_implemented(clause: str, capabilities) -> list[str]:
     """The values of ``clause``'s space a backend with ``capabilities`` cannot run (reported as
     not implemented sub-cases): ``"dim=value (needs capability)"``."""
-    return [f"{d}={v} (needs {NEEDS[(d, v)]})" for d in SPACES[clause].dimensions
-            for v in DIMENSIONS[d] if NEEDS.get((d, v), None) not in (None, *capabilities)]
+    space = SPACES[clause]
+    return [f"{d}={v} (needs {NEEDS[(d, v)]})" for d in space.dimensions
+            for v in values_of(space, d) if NEEDS.get((d, v), None) not in (None, *capabilities)]
 
 
 def unclaimed(clauses, capabilities) -> dict[str, list[str]]:
@@ -384,8 +696,8 @@ def run_gaps(results, capabilities: Mapping[str, frozenset]) -> dict[tuple, list
 
 def audit_table(results, clause_ids, capabilities: Mapping[str, frozenset]) -> str:
     """Markdown: per clause, its dimensions, the values each took in the run's ``results`` (in
-    every cell: a value some cell missed is marked ``(not every cell)``), and, for a declared
-    space, the covering rows and what a cell missed (:func:`run_gaps`)."""
+    every cell: a value some cell missed is marked ``(not every cell)``), the number of covering
+    rows, and what a cell missed (:func:`run_gaps`; a clause without a space: "undeclared")."""
     by_clause: dict[str, dict[tuple, list]] = {}
     for r in results:
         if r["outcome"] in RAN_OUTCOMES:
@@ -394,32 +706,30 @@ def audit_table(results, clause_ids, capabilities: Mapping[str, frozenset]) -> s
                 by_clause.setdefault(clause, {}).setdefault(cell, []).extend(
                     r.get("conditions", {}).get(clause, []))
     gaps = run_gaps(results, capabilities)
-    lines = ["| clause | dimensions | declared | values run (every cell) | covering rows "
-             "| missed |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| clause | dimensions | values run (every cell) | covering rows | missed |",
+             "|---|---|---|---|---|"]
     for clause in clause_ids:
+        if clause not in SPACES:
+            lines.append(f"| {clause} | - | - | - | undeclared |")
+            continue
         cells = by_clause.get(clause, {})
-        dims = dimensions_of(clause)
         shown = []
-        for d in dims:
+        for d in dimensions_of(clause):
             per_cell = [{row.get(d) for row in rows} for rows in cells.values()] or [set()]
             every, some = set.intersection(*per_cell), set.union(*per_cell)
-            values = [v for v in dict.fromkeys((*DIMENSIONS[d], "none")) if v in some]
+            values = [v for v in dict.fromkeys((*values_of(SPACES[clause], d), "none"))
+                      if v in some]
             shown.append(f"{d}: " + ", ".join(v if v in every else f"{v} (not every cell)"
                                                for v in values) if values else f"{d}: -")
         missed = sorted({m for key, ms in gaps.items() if key[3] == clause for m in ms})
-        if clause not in SPACES and any(cells.values()):  # observed: orderings no case had
-            seen = {row.get("lengths") for rows in cells.values() for row in rows}
-            missed = [f"lengths={v} (not required)" for v in LENGTH_ORDERS if v not in seen]
-        lines.append(f"| {clause} | {', '.join(dims)} | {'yes' if clause in SPACES else 'no'} | "
+        lines.append(f"| {clause} | {', '.join(dimensions_of(clause))} | "
                      f"{'; '.join(shown) if any(cells.values()) else _silent(cells)} | "
-                     f"{len(covering_rows(clause)) if clause in SPACES else '-'} | "
-                     f"{', '.join(missed) or '-'} |")
+                     f"{len(covering_rows(clause))} | {', '.join(missed) or '-'} |")
     return "\n".join(lines) + "\n"
 
 
 def _silent(cells) -> str:
-    return "ran, no case through the harness (direct calls)" if cells else "did not run"
+    return "ran, no case recorded" if cells else "did not run"
 
 
 def main(argv=None) -> int:

@@ -255,6 +255,15 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     return impl.result(*out)
 
 
+def note(op: str, spec: CaseSpec, **recorded: str) -> None:
+    """Keep, on the running test, that it ran ``op`` on the case ``spec`` by a direct call (not
+    through :func:`run`: split_heads, an invalid call, ...); ``recorded``: the condition values
+    the case does not show (:data:`conditions.RECORDED`, e.g. the invalid ``argument``)."""
+    item = current_item.get()
+    if item is not None:
+        conditions.note(item, op, spec, **recorded)
+
+
 def op_capabilities(backend, op: str | None) -> frozenset:
     """The capabilities ``backend`` claims for operation ``op`` ("sdpa" or "mha"): its optional
     ``capabilities_for(op)`` where it has one (an attention function and a module of one library

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from mhaspec.backends import MHAParams
+from mhaspec.conformance import harness
+from mhaspec.conformance.strategies import CaseSpec
 
 pytestmark = pytest.mark.requires("errors")
 
@@ -90,6 +92,11 @@ BAD_INPUTS: dict[tuple[str, str], list[Bad]] = {
     ("ERR-10", "mha"): [Bad("infinite scale", "scale", {"scale": float("inf")})],
 }
 
+#: the sizes of the valid calls above, as recorded with each invalid call (conditions)
+VALID = {"sdpa": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_k=4, d_v=5),
+         "mha": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_k=4, d_v=3, d_model=8, k_dim=6,
+                         v_dim=7, d_out=5)}
+
 ARRAY_ARGS = {"q", "k", "v", "query", "key", "value", "mask", "bias", "legacy_mask",
               "key_padding_mask", *MHAParams._fields}
 
@@ -120,6 +127,7 @@ def invalid_call(impl, op: str, bad: Bad):
 def _check(impl, op: str, clause: str) -> None:
     problems = []
     for bad in BAD_INPUTS[(clause, op)]:
+        harness.note(op, VALID[op], argument=bad.arg.strip("'"))
         try:
             invalid_call(impl, op, bad)
         except ValueError as exc:
