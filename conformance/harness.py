@@ -37,7 +37,7 @@ import pytest
 from mhaspec.backends import AttentionOutputs, MHAParams
 from mhaspec.spec import oracle
 
-from . import conditions, failure_file, features, tolerance
+from . import conditions, failure_file, features, governed, tolerance
 from .strategies import Case, CaseSpec, build_case
 
 OPS = ("sdpa", "mha")
@@ -65,6 +65,14 @@ def running_clauses() -> frozenset[str]:
     item = current_item.get()
     return frozenset() if item is None else frozenset(
         c for m in item.iter_markers("clause") for c in m.args)
+
+
+def running_requirements() -> frozenset[str]:
+    """The capabilities the running test requires (its ``requires`` markers; empty outside a
+    pytest run)."""
+    item = current_item.get()
+    return frozenset() if item is None else frozenset(
+        c for m in item.iter_markers("requires") for c in m.args)
 
 
 def run_settings() -> RunSettings:
@@ -144,15 +152,14 @@ class Impl(NamedTuple):
         return f"{self.backend.name}-{self.device}-{self.dtype}"
 
     def case(self, spec: CaseSpec, op: str = "mha") -> Case:
-        """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype.
-        Where the cell declares a SOFTCAP-1 deviation for ``op``, the cases of other clauses carry
-        no soft-cap: the capping is SOFTCAP-1's verdict (its own test reports the deviation), as
-        emptied rows are MASK-9's (:func:`rows_left_to_mask9`)."""
-        spec = fit(spec, op_capabilities(self.backend, op), self.dtype, op)
-        if spec.softcap is not None and "SOFTCAP-1" not in running_clauses() and "SOFTCAP-1" in \
-                op_deviations(cell_deviations(self.backend, self.device, self.dtype), op):
-            spec = spec._replace(softcap=None)
-        return build_case(spec)
+        """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype,
+        without the features whose clause the cell declares a deviation of, in the cases of the
+        other clauses (:mod:`.governed`: e.g. no soft-cap where SOFTCAP-1 is declared; its own
+        test reports the deviation, as emptied rows are MASK-9's, :func:`rows_left_to_mask9`)."""
+        declared = op_deviations(cell_deviations(self.backend, self.device, self.dtype), op)
+        claims = op_capabilities(self.backend, op) - governed.withheld(
+            declared, running_clauses(), running_requirements())
+        return build_case(fit(spec, claims, self.dtype, op))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean, integers -- segment ids and
@@ -525,7 +532,7 @@ def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
     overrides = overrides or {}
     ref = ref or reference(case, op, impl.dtype, overrides)
     expected, naive = ref.expected, ref.naive
-    empty = None if clause == "MASK-9" else rows_left_to_mask9(impl, op, expected)
+    empty = rows_left_to_mask9(impl, op, expected, clause)
     rows = None if empty is None else empty.any(axis=1) if op == "mha" else empty
     outputs = _unjudged([got.out, expected.out, *(n.out for n in naive)],
                         None if rows is None else rows[..., None])
@@ -561,14 +568,17 @@ def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
     return checks
 
 
-def rows_left_to_mask9(impl: Impl, op: str, expected: Result) -> np.ndarray | None:
+def rows_left_to_mask9(impl: Impl, op: str, expected: Result,
+                       clause: str | None = None) -> np.ndarray | None:
     """The oracle's fully masked rows (no allowed key: all-zero weights, MASK-9) as a boolean
-    ``(B, h, L_q)``, when the cell declares a MASK-9 deviation for ``op``; else None. Such a
-    backend's behaviour on those rows is MASK-9's verdict (its own test reports the deviation),
-    so the other clauses -- a window, segments or lengths can leave a row empty -- judge the
-    other rows only."""
+    ``(B, h, L_q)``, when the cell declares a deviation for ``op`` of a clause governing them
+    (:mod:`.governed`) that the check of ``clause`` (default: the running test's clauses) is not;
+    else None. Such a backend's behaviour on those rows is MASK-9's verdict (its own test reports
+    the deviation), so the other clauses -- a window, segments or lengths can leave a row empty
+    -- judge the other rows only."""
     deviations = op_deviations(cell_deviations(impl.backend, impl.device, impl.dtype), op)
-    if "MASK-9" not in deviations or expected.weights is None:
+    judging = running_clauses() if clause is None else {clause}
+    if not governed.leaves_empty_rows(deviations, judging) or expected.weights is None:
         return None
     empty = ~np.any(expected.weights != 0, axis=-1)
     return empty if empty.any() else None
