@@ -8,8 +8,10 @@ A clause's :class:`Space` names dimensions of :data:`DIMENSIONS` (``op``, ``leng
 and every pair of values of two dimensions (the clause's text combines each of them) in every
 backend x device x dtype cell: ``op`` is the test's parameter, and :func:`cover` adds the rows of
 a pairwise covering array over the other dimensions (:func:`covering_rows`) as explicit examples,
-which Hypothesis runs in every phase setting; :func:`specs` then draws rows of the space with the
-rest (seed, scale of the logits, projection biases, sizes off the ci menu) varied.
+which Hypothesis runs in every phase setting (in the derandomized ``ci`` profile they count
+toward the test's examples, :func:`with_budget`, so ci stays as cheap); :func:`specs` then draws
+rows of the space with the rest (seed, scale of the logits, projection biases, sizes off the ci
+menu) varied. A test that is no Hypothesis test (a rejection) runs :func:`row_specs`.
 
 The cases are built so the condition holds as named (:func:`row_spec`): a row emptied by key
 padding has a batch item whose keys are all padded, and so on. Nothing rewrites them into other
@@ -19,25 +21,33 @@ that needed it as not implemented. What ran is read back from the cases themselv
 (:func:`observe`), not from what was asked for: the harness notes every case it runs on the test
 item (:func:`note`) and the plugin writes :func:`ran` into each result.
 
-Why the spaces are what they are (the audit of the masking chapter; other clauses declare none
-yet and are listed as such by ``mhaspec conditions``):
+Why the spaces are what they are (every testable clause declares one; tests/test_conditions.py
+fails on a clause without): every clause that computes attention runs every ordering of L_q and
+L_k -- decoding (L_q = 1 < L_k, the commonest call; alignments differ most there), L_q < L_k,
+prefill (L_q = L_k), L_q > L_k (bottom-right empties rows) -- in each operation its tests run.
+Beyond that, each clause adds the dimensions where its bugs live:
 
-* MASK-6 / MASK-7: the alignments differ only when L_q != L_k, most at L_q = 1 < L_k (decoding),
-  and bottom-right empties rows when L_q > L_k: every ordering with every operation.
-* WIN-1 / ALIBI-1: the diagonal's alignment decides which keys a window admits and each
-  distance, and differs when L_q != L_k (most at decoding): every alignment with every ordering
-  and operation.
-* CACHE-2: with a cache the diagonal sits at the past length, per batch item when the cache is
-  partly valid; decoding (one new query after the cache) is the commonest call of all: every
-  ordering of L_q and L_K with a full and a partly valid cache, in each operation.
-* MASK-8: every combination of the boolean masks and the bias: a mask and key padding with
-  causal in either alignment, with and without a bias, in every ordering and operation.
+* MASK-6 / MASK-7: the ordering alone; MASK-8: + causal alignment x bias; MASK-11 and LSE-1: +
+  rows left empty or not; MASK-13: + the non-finite value behind the mask.
 * MASK-9: a row's allowed set empties by a boolean mask, bottom-right causal (L_q > L_k), key
   padding (a batch item padded throughout), a window (L_q > L_k), segment ids, sequence lengths,
   or a -inf bias; each with and without a finite bias (libraries that merge the masks into the
   bias with a finite fill give the mean of V only when a bias is present), in each operation and
   ordering of the lengths that lets it empty a row. Top-left causal never empties a row (key 0
-  stays allowed); L_k = 0 empties every row and is SHAPE-4's own test.
+  stays allowed); L_k = 0 empties every row and is SHAPE-4's: B, L_q, L_k and B with L_k set to 0.
+* SHAPE-5: each degenerate size (L_k = 1, L_q = 1, h = 1, h = d_model); HEAD-1/2: h and d_k of 1
+  and more; MHA-3: one array for all three inputs, key = value (any ordering), query = key.
+* GQA-1: g = h, 1 < g < h (h = 4, g = 2: consecutive heads share, not i % g) and g = 1 (MQA).
+* SOFTCAP-1: the masking under the cap (none, a mask, an emptied row) x the cap's size (tiny:
+  masks decide alone; beyond float16's range).
+* WIN-1: window sides ((1, 0), (0, 2), (3, 1), (None, 0)) x alignment x ordering; ALIBI-1/2:
+  alignment x ordering; SEG-1 / SEG-2: each kind of segment ids / sequence lengths.
+* CACHE-1 / CACHE-2: a full and a partly valid cache in every ordering of L_q and L_K; CACHE-3:
+  one, two and three tokens per call.
+* ERR-2..10: each invalid argument of the catalogue (test_errors.BAD_INPUTS) in each operation;
+  the rejection clauses of spec 1.2 (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4) reject on
+  the sizes of every ordering.
+* NUM-2: decoding and L_q < L_k with long dot products (its float32 test draws 32 keys).
 """
 
 from __future__ import annotations
