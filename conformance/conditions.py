@@ -58,8 +58,9 @@ from typing import Callable, Mapping, NamedTuple
 
 import numpy as np
 import pytest
-from hypothesis import example, reject, settings, strategies as st
+from hypothesis import currently_in_test_context, example, reject, settings, strategies as st
 
+from mhaspec.backends.sub_cases import judge
 from mhaspec.spec import oracle
 
 from . import extremes, features
@@ -618,6 +619,39 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...],
     return [{d: {**base, **extra}[d] for d in dimensions} for extra in rows]
 
 
+#: the sub-cases of capabilities the running test's calls used (:mod:`mhaspec.backends.sub_cases`):
+#: "not implemented" -> the unsupported ones, "path" -> "capability=library|generic"
+SUB_CASES_KEY = pytest.StashKey[dict]()
+
+
+def judge_sub_cases(item, backend, op: str, kwargs: Mapping) -> list[str]:
+    """The sub-cases a call of ``op`` with the keyword arguments ``kwargs`` uses that ``backend``
+    does not support (its optional ``sub_cases``), kept on ``item`` with the path (library or
+    generic) of the supported ones; [] when the backend supports the call."""
+    rules = getattr(backend, "sub_cases", None) or {}
+    given = [name for name, v in kwargs.items() if v is not None and v is not False]
+    missing, paths = judge(rules, given)
+    if item is not None and (missing or paths):
+        record = item.stash.setdefault(SUB_CASES_KEY, {"not implemented": set(), "path": set()})
+        record["not implemented"].update(f"{m} ({op})" for m in missing)
+        record["path"].update(f"{c}={p}" for c, p in paths.items())
+    return missing
+
+
+def not_implemented_call(missing: list[str]) -> None:
+    """Leave a call of unsupported sub-cases out: Hypothesis draws another case (the test's
+    record says it was not implemented), a test that is no Hypothesis test is skipped as not
+    implemented."""
+    if currently_in_test_context():
+        reject()
+    pytest.skip(f"not implemented: {'; '.join(missing)}")
+
+
+def sub_cases_left_out(item) -> list[str]:
+    """The unsupported sub-cases ``item``'s calls used (sorted; [] when none)."""
+    return sorted(item.stash.get(SUB_CASES_KEY, {}).get("not implemented", ()))
+
+
 #: the cases the running test ran: a set of (op, CaseSpec, recorded values) on ``item.stash``
 RAN_KEY = pytest.StashKey[set]()
 
@@ -648,7 +682,8 @@ def ran(item, clauses) -> dict[str, list[dict[str, str]]]:
         dims = dimensions_of(clause)
         rows = {tuple(r.items()) for op, spec, rec in cases
                 for r in observe(spec, op, dims, dict(rec))}
-        out[clause] = [dict(r) for r in sorted(rows)]
+        paths = item.stash.get(SUB_CASES_KEY, {}).get("path", ())
+        out[clause] = [dict(r) for r in sorted(rows)] + [{"path": p} for p in sorted(paths)]
     return out
 
 
@@ -677,10 +712,12 @@ def not_implemented(clause: str, capabilities) -> list[str]:
             for v in values_of(space, d) if NEEDS.get((d, v), None) not in (None, *capabilities)]
 
 
-def unclaimed(clauses, capabilities) -> dict[str, list[str]]:
-    """clause -> :func:`not_implemented` for the ``clauses`` with a declared space (only those
-    with some)."""
-    out = {c: not_implemented(c, capabilities) for c in clauses if c in SPACES}
+def unclaimed(clauses, capabilities, item=None) -> dict[str, list[str]]:
+    """clause -> :func:`not_implemented` for the ``clauses`` with a declared space, and the
+    sub-cases of capabilities ``item``'s calls used that the backend does not support (only
+    clauses with some)."""
+    left_out = [] if item is None else [f"sub-case {s}" for s in sub_cases_left_out(item)]
+    out = {c: not_implemented(c, capabilities) + left_out for c in clauses if c in SPACES}
     return {c: values for c, values in out.items() if values}
 
 

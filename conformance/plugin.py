@@ -48,6 +48,7 @@ from collections import defaultdict
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings, statistics
+from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
 from mhaspec.backends import BackendLoadError, load_backend, registered_backends
 from mhaspec.spec import load as load_spec
@@ -533,6 +534,13 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         del report.wasxfail
         report.outcome = "failed"
         report.longrepr = f"an expected failure the suite did not declare is a failure: {why}"
+    left_out = conditions.sub_cases_left_out(item) if report.when == "call" else []
+    if left_out and report.failed and call.excinfo.errisinstance(
+            (Unsatisfiable, FailedHealthCheck)):  # every case drew a sub-case the backend does
+        # not support (Hypothesis found none to run): not implemented, not a failure
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0,
+                           f"{NOT_IMPLEMENTED}: sub-cases {'; '.join(left_out)}")
     record = _record(item)
     if record is not None:
         del record["why"]
@@ -546,7 +554,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             params = item.callspec.params
             claims = harness.op_capabilities(params["impl"].backend, params.get("op"))
             info["conditions"] = conditions.ran(item, record["clauses"])
-            info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims)
+            info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims,
+                                                                      item)
         if report.when == "call" and report.failed:
             report.sections.append(("mhaspec: the clause", clause_lines(record["clauses"])))
             info["replay"] = harness.save_last_call(item, record["clauses"][0]) or None
@@ -627,6 +636,8 @@ def classify(report: pytest.TestReport) -> str | None:
     if report.when == "call":
         if hasattr(report, "wasxfail"):
             return "deviation" if report.skipped else "stale-deviation"
+        if report.skipped:  # every case a sub-case the backend does not support (conditions)
+            return "not-implemented"
         if report.failed and "[XPASS(strict)]" in str(report.longrepr):
             return "stale-deviation"
         return "pass" if report.passed else "fail"
