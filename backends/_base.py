@@ -112,6 +112,8 @@ class Backend:
         capabilities: subset of :data:`CAPABILITIES` this backend claims.
         deviations: clause id -> one-line reason, for clauses it knowingly does not follow.
             The suite checks that a declared deviation really deviates.
+        sub_cases: optional, capability -> the part of it supported (:mod:`.sub_cases`: e.g.
+            ``{"window": {"with": ("causal",)}}``); the rest is reported not implemented.
     """
 
     protocol_version = PROTOCOL_VERSION
@@ -119,6 +121,7 @@ class Backend:
     framework: str = "unknown"
     capabilities: frozenset[str] = CAPABILITIES - OPTIONAL_CAPABILITIES
     deviations: Mapping[str, str] = {}
+    sub_cases: Mapping[str, Mapping[str, tuple[str, ...]]] = {}
 
     # -- description -------------------------------------------------------------------------
     def framework_version(self) -> str:

@@ -30,8 +30,8 @@ import numpy as np
 
 from mhaspec.backends import AttentionOutputs, MHAParams
 
-from . import conditions, features
-from .item_state import run_settings, running, running_clauses
+from . import conditions, features, governed
+from .item_state import run_settings, running, running_clauses, running_requirements
 from .strategies import Case, CaseSpec, build_case
 
 OPS = ("sdpa", "mha")
@@ -106,15 +106,15 @@ class Impl(NamedTuple):
         return f"{self.backend.name}-{self.device}-{self.dtype}"
 
     def case(self, spec: CaseSpec, op: str = "mha") -> Case:
-        """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype.
-        Where the cell declares a SOFTCAP-1 deviation for ``op``, the cases of other clauses carry
-        no soft-cap: the capping is SOFTCAP-1's verdict (its own test reports the deviation), as
-        emptied rows are MASK-9's (:func:`rows_left_to_mask9`)."""
-        spec = fit(spec, op_capabilities(self.backend, op), self.dtype, op)
-        if spec.softcap is not None and "SOFTCAP-1" not in running_clauses() and "SOFTCAP-1" in \
-                op_deviations(cell_deviations(self.backend, self.device, self.dtype), op):
-            spec = spec._replace(softcap=None)
-        return build_case(spec)
+        """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype,
+        without the features whose clause the cell declares a deviation of, in the cases of the
+        other clauses (:mod:`.governed`: e.g. no soft-cap where SOFTCAP-1 is declared; its own
+        test reports the deviation, as emptied rows are MASK-9's,
+        :func:`.judge.rows_left_to_mask9`)."""
+        declared = op_deviations(cell_deviations(self.backend, self.device, self.dtype), op)
+        claims = op_capabilities(self.backend, op) - governed.withheld(
+            declared, running_clauses(), running_requirements())
+        return build_case(fit(spec, claims, self.dtype, op))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean, integers -- segment ids and
@@ -203,6 +203,9 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
         conditions.note(state, op, case.spec)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}
+    missing = conditions.judge_sub_cases(state, impl.backend, op, kw)
+    if missing and state is not None:  # a sub-case the backend does not support, in a test: not
+        conditions.not_implemented_call(missing)  # implemented, the backend not called
     if op == "sdpa":
         out = impl.call("scaled_dot_product_attention", impl.arr(case.q), impl.arr(case.k),
                         impl.arr(case.v), **kw)
@@ -215,6 +218,15 @@ def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
     if isinstance(out, AttentionOutputs):
         return impl.result(out)
     return impl.result(*out)
+
+
+def note(op: str, spec: CaseSpec, **recorded: str) -> None:
+    """Keep, in the running test's record, that it ran ``op`` on the case ``spec`` by a direct call
+    (not through :func:`run`: split_heads, an invalid call, ...); ``recorded``: the condition
+    values the case does not show (:data:`.conditions.RECORDED`, e.g. the invalid ``argument``)."""
+    state = running()
+    if state is not None:
+        conditions.note(state, op, spec, **recorded)
 
 
 def op_capabilities(backend, op: str | None) -> frozenset:

@@ -6,7 +6,8 @@ The suite's helpers are split by purpose; this module gathers the names a test c
 module imports one thing (``from . import harness``):
 
 * running a cell (:mod:`.cell`): :class:`Impl` (backend x device x dtype), :func:`run`,
-  :class:`Result`, :func:`fit`, the per-call time limit (:class:`CallTimeout`);
+  :class:`Result`, :func:`fit`, the per-call time limit (:class:`CallTimeout`), :func:`note` (a
+  direct call's case, for the condition record);
 * judging (:mod:`.judge`): :func:`check` against the float64 oracle under NUM-3 (its parts, or
   any other result judged like an output, through :func:`judge_parts`), :func:`allowance`,
   :func:`reference`, :func:`oracle_result`;
@@ -21,7 +22,7 @@ Stable interface: :func:`run`, :func:`check` and :func:`expect_oracle` keep thei
 
 from __future__ import annotations
 
-from .cell import (OPS, CallTimeout, Impl, Result, cell_deviations, fit, op_capabilities,
+from .cell import (OPS, CallTimeout, Impl, Result, cell_deviations, fit, note, op_capabilities,
                    op_deviations, run)
 from .expect import (expect_close, expect_oracle, expect_rejections, rejection_problem,
                      reproducer)
@@ -29,7 +30,7 @@ from .judge import (Check, Reference, allowance, check, float32_hint, judge_part
                     lse_for_comparison, lse_scale, magnitude, oracle_result, reference,
                     rows_left_to_mask9, sum_length)
 
-__all__ = ["OPS", "CallTimeout", "Impl", "Result", "cell_deviations", "fit", "op_capabilities",
+__all__ = ["OPS", "CallTimeout", "Impl", "Result", "cell_deviations", "fit", "note", "op_capabilities",
            "op_deviations", "run",
            "expect_close", "expect_oracle", "expect_rejections", "rejection_problem", "reproducer",
            "Check", "Reference", "allowance", "check", "float32_hint", "judge_parts",

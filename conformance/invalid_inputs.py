@@ -16,6 +16,8 @@ import numpy as np
 
 from mhaspec.backends import MHAParams
 
+from .strategies import CaseSpec
+
 RNG = np.random.default_rng(7)
 # valid SDPA call: B=2, h=2, L_q=3, L_k=4, d_k=4, d_v=5
 SDPA = {"q": RNG.standard_normal((2, 2, 3, 4)), "k": RNG.standard_normal((2, 2, 4, 4)),
@@ -41,6 +43,11 @@ class Bad(NamedTuple):
 def _rand(*shape):
     return RNG.standard_normal(shape)
 
+
+#: the sizes of the valid calls the invalid ones are made from, as recorded with each (conditions)
+VALID = {"sdpa": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_k=4, d_v=5),
+         "mha": CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_k=4, d_v=3, d_model=8, k_dim=6,
+                         v_dim=7, d_out=5)}
 
 BAD_INPUTS: dict[tuple[str, str], list[Bad]] = {
     ("ERR-2", "mha"): [Bad("zero heads", "num_heads", {"num_heads": 0}),

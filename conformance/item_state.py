@@ -44,10 +44,13 @@ class ItemState:
     ``name``: the item's name (saved failures are named after it); ``clauses``: the clauses it
     names; ``settings``: its run's; ``calls``: backend calls made; ``examples``: Hypothesis
     examples run; ``ratios``: clause -> worst NUM-3 ratio; ``cases``: the (op, CaseSpec) pairs it
-    ran (:mod:`.conditions`); ``last_call``: (impl, op, case, overrides) of its last run, saved when
+    ran (:mod:`.conditions`), with the recorded values the case does not show; ``last_call``: (impl, op, case, overrides) of its last run, saved when
     it fails; ``failure``: what a value check found; ``replay``: the saved failure's replay line;
     ``shrink``: True may shrink, False not shrunk after an earlier failure of its cell, None
-    nothing to shrink."""
+    nothing to shrink; ``requirements``: the capabilities it requires (its ``requires`` markers);
+    ``sub_cases_left_out``: the sub-cases of capabilities its calls used that the backend does not
+    support, ``sub_case_paths``: "capability=library|generic" of the supported ones
+    (:mod:`mhaspec.backends.sub_cases`)."""
 
     name: str = ""
     clauses: frozenset[str] = frozenset()
@@ -60,6 +63,9 @@ class ItemState:
     failure: dict | None = None
     replay: str | None = None
     shrink: bool | None = None
+    requirements: frozenset[str] = frozenset()
+    sub_cases_left_out: set = dataclasses.field(default_factory=set)
+    sub_case_paths: set = dataclasses.field(default_factory=set)
 
     def record_ratio(self, clause: str, ratio: float) -> None:
         """Keep the worst NUM-3 ratio seen for ``clause``."""
@@ -77,7 +83,9 @@ def state_of(item: Any) -> ItemState:
     state = item.stash.get(ITEM_STATE, None)
     if state is None:
         state = ItemState(item.name, frozenset(c for m in item.iter_markers("clause") for c in m.args),
-                          item.config.stash.get(SETTINGS_KEY, RunSettings()))
+                          item.config.stash.get(SETTINGS_KEY, RunSettings()),
+                          requirements=frozenset(c for m in item.iter_markers("requires")
+                                                 for c in m.args))
         item.stash[ITEM_STATE] = state
     return state
 
@@ -101,6 +109,12 @@ def running_clauses() -> frozenset[str]:
     """The clauses the running test names (empty outside a pytest run)."""
     state = _running.get()
     return frozenset() if state is None else state.clauses
+
+
+def running_requirements() -> frozenset[str]:
+    """The capabilities the running test requires (empty outside a pytest run)."""
+    state = _running.get()
+    return frozenset() if state is None else state.requirements
 
 
 def record_ratio(clause: str, ratio: float) -> None:

@@ -17,9 +17,9 @@ import numpy as np
 
 from mhaspec.spec import oracle
 
-from . import tolerance
+from . import governed, tolerance
 from .cell import OPS, Impl, Result, cell_deviations, op_deviations
-from .item_state import record_ratio
+from .item_state import record_ratio, running_clauses
 from .strategies import Case, CaseSpec, build_case
 
 
@@ -170,7 +170,7 @@ def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
     overrides = overrides or {}
     ref = ref or reference(case, op, impl.dtype, overrides)
     expected, naive = ref.expected, ref.naive
-    empty = None if clause == "MASK-9" else rows_left_to_mask9(impl, op, expected)
+    empty = rows_left_to_mask9(impl, op, expected, clause)
     rows = None if empty is None else empty.any(axis=1) if op == "mha" else empty
     outputs = _unjudged([got.out, expected.out, *(n.out for n in naive)],
                         None if rows is None else rows[..., None])
@@ -217,14 +217,17 @@ def judge_parts(parts, *, dtype: str, clause: str, sum_length: int = 0,
     return checks
 
 
-def rows_left_to_mask9(impl: Impl, op: str, expected: Result) -> np.ndarray | None:
+def rows_left_to_mask9(impl: Impl, op: str, expected: Result,
+                       clause: str | None = None) -> np.ndarray | None:
     """The oracle's fully masked rows (no allowed key: all-zero weights, MASK-9) as a boolean
-    ``(B, h, L_q)``, when the cell declares a MASK-9 deviation for ``op``; else None. Such a
-    backend's behaviour on those rows is MASK-9's verdict (its own test reports the deviation),
-    so the other clauses -- a window, segments or lengths can leave a row empty -- judge the
-    other rows only."""
+    ``(B, h, L_q)``, when the cell declares a deviation for ``op`` of a clause governing them
+    (:mod:`.governed`) that the check of ``clause`` (default: the running test's clauses) is not;
+    else None. Such a backend's behaviour on those rows is MASK-9's verdict (its own test reports
+    the deviation), so the other clauses -- a window, segments or lengths can leave a row empty
+    -- judge the other rows only."""
     deviations = op_deviations(cell_deviations(impl.backend, impl.device, impl.dtype), op)
-    if "MASK-9" not in deviations or expected.weights is None:
+    judging = running_clauses() if clause is None else {clause}
+    if not governed.leaves_empty_rows(deviations, judging) or expected.weights is None:
         return None
     empty = ~np.any(expected.weights != 0, axis=-1)
     return empty if empty.any() else None

@@ -47,12 +47,13 @@ import pathlib
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings, statistics
+from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
 from mhaspec.backends import loadable, registered_backends
 from mhaspec.spec import load as load_spec
 
 from . import cell, clause_capabilities, conditions, expect, results, scheduling, strategies
-from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
+from .item_state import ITEM_STATE, SETTINGS_KEY, RunSettings, running_test, state_of
 from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
 #: how the reason of the suite's own xfail mark, a declared deviation, starts
@@ -441,6 +442,14 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         del report.wasxfail
         report.outcome = "failed"
         report.longrepr = f"an expected failure the suite did not declare is a failure: {why}"
+    ran = item.stash.get(ITEM_STATE, None)
+    left_out = conditions.sub_cases_left_out(ran) if report.when == "call" and ran else []
+    if left_out and report.failed and call.excinfo.errisinstance(
+            (Unsatisfiable, FailedHealthCheck)):  # every case drew a sub-case the backend does
+        # not support (Hypothesis found none to run): not implemented, not a failure
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0,
+                           f"{NOT_IMPLEMENTED}: sub-cases {'; '.join(left_out)}")
     record = _record(item)
     if record is not None:
         del record["why"]
@@ -453,7 +462,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             params = item.callspec.params
             claims = cell.op_capabilities(params["impl"].backend, params.get("op"))
             info["conditions"] = conditions.ran(state, record["clauses"])
-            info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims)
+            info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims,
+                                                                      state)
         if report.when == "call" and report.failed:
             report.sections.append(("mhaspec: the clause", clause_lines(record["clauses"])))
             info["replay"] = expect.save_last_call(state, record["clauses"][0]) or None

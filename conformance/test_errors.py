@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mhaspec.conformance.invalid_inputs import BAD_INPUTS, invalid_call
+from mhaspec.conformance import harness
+from mhaspec.conformance.invalid_inputs import BAD_INPUTS, VALID, invalid_call
 
 pytestmark = pytest.mark.requires("errors")
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.requires("errors")
 def _check(impl, op: str, clause: str) -> None:
     problems = []
     for bad in BAD_INPUTS[(clause, op)]:
+        harness.note(op, VALID[op], argument=bad.arg.strip("'"))
         try:
             invalid_call(impl, op, bad)
         except ValueError as exc:

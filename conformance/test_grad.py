@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import harness, tolerance
+from mhaspec.conformance import conditions, harness, tolerance
 from mhaspec.conformance.strategies import case_specs
 from mhaspec.spec import oracle
 from mhaspec.spec.oracle_grad import mha_vjp as oracle_vjp
@@ -73,6 +73,7 @@ def expect_oracle_grads(impl, case, got: dict, clause: str) -> None:
 
 
 @pytest.mark.clause("GRAD-1")
+@conditions.cover("GRAD-1")
 @given(spec=case_specs(masks=True, bias=True, legacy=True, key_padding=True, causal=True,
                        custom_scale=True))
 def test_gradients_agree_with_the_analytic_gradient(impl, spec):
@@ -82,6 +83,7 @@ def test_gradients_agree_with_the_analytic_gradient(impl, spec):
 
 @pytest.mark.clause("GRAD-2")
 @pytest.mark.requires("masks")
+@conditions.cover("GRAD-2")
 @given(spec=case_specs(masks=True, fully_masked=True, key_padding=True, causal=True))
 def test_masked_rows_and_keys_have_finite_and_zero_gradients(impl, spec):
     case = impl.case(spec)

@@ -6,6 +6,7 @@ from hypothesis import given
 
 from mhaspec.spec import oracle
 
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance.strategies import case_specs
 
 pytestmark = pytest.mark.requires("heads")
@@ -17,9 +18,11 @@ def _exact(impl, x):
 
 
 @pytest.mark.clause("HEAD-1")
+@conditions.cover("HEAD-1")
 @given(spec=case_specs())
 def test_split_heads_gives_head_i_columns_i_d_to_i_plus_1_d(impl, spec):
     case = impl.case(spec)
+    harness.note("heads", case.spec)
     x = oracle.combine_heads(case.q)  # (B, L_q, h*d_k)
     got = impl.backend.to_numpy(impl.call("split_heads", impl.arr(x), spec.heads))
     np.testing.assert_array_equal(got, _exact(impl, oracle.split_heads(x, spec.heads)),
@@ -27,9 +30,11 @@ def test_split_heads_gives_head_i_columns_i_d_to_i_plus_1_d(impl, spec):
 
 
 @pytest.mark.clause("HEAD-2")
+@conditions.cover("HEAD-2")
 @given(spec=case_specs())
 def test_combine_heads_concatenates_heads_and_inverts_split(impl, spec):
     case = impl.case(spec)
+    harness.note("heads", case.spec)
     got = impl.backend.to_numpy(impl.call("combine_heads", impl.arr(case.q)))
     np.testing.assert_array_equal(got, _exact(impl, oracle.combine_heads(case.q)),
                                   err_msg="[HEAD-2] combine_heads is not the concatenation of heads")

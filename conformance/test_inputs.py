@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 
 from mhaspec.backends import MHAParams
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance.strategies import case_specs
 from mhaspec.spec import oracle
 
@@ -86,9 +87,11 @@ def _mha_inputs(impl, case, *, one_array: bool = False, **extra) -> Inputs:
 
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("heads")
+@conditions.cover("INPUT-1")
 @given(spec=case_specs())
 def test_split_heads_and_combine_heads_leave_their_input_unchanged(impl, spec):
     case = impl.case(spec)
+    harness.note("heads", case.spec)
     split = Inputs(impl, x=oracle.combine_heads(case.q))  # (B, L_q, h*d_k)
     impl.call("split_heads", split["x"], spec.heads)
     split.expect_unchanged("split_heads")
@@ -99,9 +102,11 @@ def test_split_heads_and_combine_heads_leave_their_input_unchanged(impl, spec):
 
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("sdpa")
+@conditions.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
 def test_attention_leaves_its_inputs_unchanged(impl, spec):
     case = impl.case(with_key_padding(spec), "sdpa")
+    harness.note("sdpa", case.spec)
     inputs = Inputs(impl, q=case.q, k=case.k, v=case.v, mask=case.mask, bias=case.bias,
                     legacy_mask=case.legacy_mask, key_padding_mask=case.key_padding_mask)
     impl.call("scaled_dot_product_attention", inputs["q"], inputs["k"], inputs["v"],
@@ -111,9 +116,11 @@ def test_attention_leaves_its_inputs_unchanged(impl, spec):
 
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("mha")
+@conditions.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
 def test_multi_head_attention_leaves_its_inputs_unchanged(impl, spec):
     case = impl.case(with_key_padding(spec))
+    harness.note("mha", case.spec)
     inputs = _mha_inputs(impl, case)
     impl.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
               inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
@@ -126,6 +133,7 @@ def test_multi_head_attention_leaves_its_inputs_unchanged(impl, spec):
 def test_self_attention_leaves_its_one_input_unchanged(impl, spec):
     """query is key is value: one array, read three times (and fused projections, MHA-2)."""
     case = impl.case(with_key_padding(spec))
+    harness.note("mha", case.spec)
     inputs = _mha_inputs(impl, case, one_array=True)
     assert inputs["query"] is inputs["key"] is inputs["value"]
     impl.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
@@ -136,9 +144,11 @@ def test_self_attention_leaves_its_one_input_unchanged(impl, spec):
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("grad")
 @pytest.mark.dtypes("float64", "float32")
+@conditions.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
 def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(impl, spec):
     case = impl.case(spec)
+    harness.note("vjp", case.spec)
     s = case.spec
     cotangent = np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
     inputs = _mha_inputs(impl, case, one_array=s.self_attention, cotangent=cotangent)

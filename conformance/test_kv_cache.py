@@ -21,6 +21,7 @@ pytestmark = pytest.mark.requires("kv_cache")
 
 
 @pytest.mark.clause("CACHE-1")
+@conditions.cover("CACHE-1")
 @given(spec=feature_specs(require=("cache",), allow=("gqa", "softcap", "lse"), masks=True,
                           bias=True, key_padding=True))
 def test_past_is_prepended_and_the_present_cache_returned(impl, op, spec):
@@ -67,6 +68,7 @@ def _decode(impl, op: str, case, step: int):
 
 @pytest.mark.clause("CACHE-3")
 @pytest.mark.requires("causal")
+@conditions.cover("CACHE-3")
 @given(spec=feature_specs(allow=("softcap", "window", "alibi"), cross=False).map(
     lambda s: s._replace(causal="bottom_right", alignment=None, self_attention=True)),
     step=st.sampled_from([1, 2, 3]))
@@ -75,6 +77,7 @@ def test_decoding_through_the_cache_equals_one_causal_call(impl, op, spec, step)
     attention with its projections (self-attention: each call's tokens are query, key and
     value)."""
     case = impl.case(spec, op)
+    harness.note(op, case.spec, step=str(step))
     got = harness.Result(_decode(impl, op, case, step), None)
     harness.expect_oracle(impl, case, got, op=op, clause="CACHE-3",
                           context=f" decoded {step} token(s) at a time through the cache")
@@ -83,66 +86,66 @@ def test_decoding_through_the_cache_equals_one_causal_call(impl, op, spec, step)
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors")
 def test_invalid_caches_are_rejected(impl, op):
-    spec = CaseSpec(batch=2, heads=2, len_q=3, len_k=3, d_k=4, d_v=4, seed=95,
-                    self_attention=True, d_model=8, k_dim=8, v_dim=8, d_out=8)
-    case = impl.case(spec, op)
-    b, h, d = spec.batch, spec.heads, spec.d_k
-    pk, pv = np.zeros((b, h, 2, d)), np.zeros((b, h, 2, d))
-    harness.expect_rejections(impl, op, case, "CACHE-4", [
-        ("past_key without past_value", ("past_key", "past_value"), {"past_key": pk}),
-        ("past_value without past_key", ("past_key", "past_value"), {"past_value": pv}),
-        ("rank-3 past_key", "past_key", {"past_key": np.zeros((b, 2, d)), "past_value": pv}),
-        ("batch of past_key differs", "past_key",
-         {"past_key": np.zeros((b + 1, h, 2, d)), "past_value": pv}),
-        ("heads of past_key differ", "past_key",
-         {"past_key": np.zeros((b, h + 1, 2, d)), "past_value": pv}),
-        ("width of past_value differs", "past_value",
-         {"past_key": pk, "past_value": np.zeros((b, h, 2, d + 1))}),
-        ("caches of different lengths", ("past_key", "past_value"),
-         {"past_key": pk, "past_value": np.zeros((b, h, 3, d))}),
-        ("past_lengths past L_past", "past_lengths",
-         {"past_key": pk, "past_value": pv, "past_lengths": np.array([3, 1])}),
-        ("negative past_lengths", "past_lengths",
-         {"past_key": pk, "past_value": pv, "past_lengths": np.array([-1, 1])}),
-        ("past_lengths (B, 1)", "past_lengths",
-         {"past_key": pk, "past_value": pv, "past_lengths": np.ones((b, 1), np.int64)}),
-        ("float past_lengths", "past_lengths",
-         {"past_key": pk, "past_value": pv, "past_lengths": np.ones(b)}),
-        ("past_lengths without a cache", "past_lengths", {"past_lengths": np.ones(b, np.int64)})])
+    for spec in conditions.row_specs("CACHE-4", CaseSpec(batch=2, seed=95),
+                                     keep=("batch", "d_k", "d_v")):
+        case = impl.case(spec, op)
+        b, h, d = spec.batch, spec.heads, spec.d_k
+        pk, pv = np.zeros((b, h, 2, d)), np.zeros((b, h, 2, d))
+        harness.expect_rejections(impl, op, case, "CACHE-4", [
+            ("past_key without past_value", ("past_key", "past_value"), {"past_key": pk}),
+            ("past_value without past_key", ("past_key", "past_value"), {"past_value": pv}),
+            ("rank-3 past_key", "past_key", {"past_key": np.zeros((b, 2, d)), "past_value": pv}),
+            ("batch of past_key differs", "past_key",
+             {"past_key": np.zeros((b + 1, h, 2, d)), "past_value": pv}),
+            ("heads of past_key differ", "past_key",
+             {"past_key": np.zeros((b, h + 1, 2, d)), "past_value": pv}),
+            ("width of past_value differs", "past_value",
+             {"past_key": pk, "past_value": np.zeros((b, h, 2, d + 1))}),
+            ("caches of different lengths", ("past_key", "past_value"),
+             {"past_key": pk, "past_value": np.zeros((b, h, 3, d))}),
+            ("past_lengths past L_past", "past_lengths",
+             {"past_key": pk, "past_value": pv, "past_lengths": np.array([3, 1])}),
+            ("negative past_lengths", "past_lengths",
+             {"past_key": pk, "past_value": pv, "past_lengths": np.array([-1, 1])}),
+            ("past_lengths (B, 1)", "past_lengths",
+             {"past_key": pk, "past_value": pv, "past_lengths": np.ones((b, 1), np.int64)}),
+            ("float past_lengths", "past_lengths",
+             {"past_key": pk, "past_value": pv, "past_lengths": np.ones(b)}),
+            ("past_lengths without a cache", "past_lengths", {"past_lengths": np.ones(b, np.int64)})])
 
 
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors", "causal")
 def test_a_top_left_causal_mask_with_a_cache_is_rejected(impl, op):
-    spec = CaseSpec(seed=96)
-    case = impl.case(spec, op)
-    pk = np.zeros((spec.batch, spec.heads, 2, spec.d_k))
-    harness.expect_rejections(impl, op, case, "CACHE-4", [
-        ("causal='top_left' with past_key", "causal",
-         {"causal": "top_left", "past_key": pk, "past_value": pk})])
+    for spec in conditions.row_specs("CACHE-4", CaseSpec(seed=96), keep=("d_k", "d_v")):
+        case = impl.case(spec, op)
+        pk = np.zeros((spec.batch, spec.heads, 2, spec.d_k))
+        harness.expect_rejections(impl, op, case, "CACHE-4", [
+            ("causal='top_left' with past_key", "causal",
+             {"causal": "top_left", "past_key": pk, "past_value": pk})])
 
 
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors", "window")
 def test_a_top_left_alignment_with_a_cache_is_rejected(impl, op):
-    spec = CaseSpec(seed=97)
-    case = impl.case(spec, op)
-    pk = np.zeros((spec.batch, spec.heads, 2, spec.d_k))
-    harness.expect_rejections(impl, op, case, "CACHE-4", [
-        ("alignment='top_left' with past_key", "alignment",
-         {"window": (1, 0), "alignment": "top_left", "past_key": pk, "past_value": pk})])
+    for spec in conditions.row_specs("CACHE-4", CaseSpec(seed=97), keep=("d_k", "d_v")):
+        case = impl.case(spec, op)
+        pk = np.zeros((spec.batch, spec.heads, 2, spec.d_k))
+        harness.expect_rejections(impl, op, case, "CACHE-4", [
+            ("alignment='top_left' with past_key", "alignment",
+             {"window": (1, 0), "alignment": "top_left", "past_key": pk, "past_value": pk})])
 
 
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors", "segments")
 def test_a_cache_with_segments_or_lengths_is_rejected(impl, op):
-    spec = CaseSpec(seed=98)
-    case = impl.case(spec, op)
-    b, lq = spec.batch, spec.len_q
-    pk = np.zeros((b, spec.heads, 2, spec.d_k))
-    ids = np.zeros((b, lq), np.int64)
-    harness.expect_rejections(impl, op, case, "CACHE-4", [
-        ("cache with segment ids", ("past_key", "q_segment_ids", "kv_segment_ids"),
-         {"past_key": pk, "past_value": pk, "q_segment_ids": ids, "kv_segment_ids": ids}),
-        ("cache with lengths", ("past_key", "query_seq_lengths"),
-         {"past_key": pk, "past_value": pk, "query_seq_lengths": np.ones(b, np.int64)})])
+    for spec in conditions.row_specs("CACHE-4", CaseSpec(seed=98), keep=("d_k", "d_v")):
+        case = impl.case(spec, op)
+        b, lq = spec.batch, spec.len_q
+        pk = np.zeros((b, spec.heads, 2, spec.d_k))
+        ids = np.zeros((b, lq), np.int64)
+        harness.expect_rejections(impl, op, case, "CACHE-4", [
+            ("cache with segment ids", ("past_key", "q_segment_ids", "kv_segment_ids"),
+             {"past_key": pk, "past_value": pk, "q_segment_ids": ids, "kv_segment_ids": ids}),
+            ("cache with lengths", ("past_key", "query_seq_lengths"),
+             {"past_key": pk, "past_value": pk, "query_seq_lengths": np.ones(b, np.int64)})])

@@ -34,6 +34,7 @@ def _expect_zero_where_blocked(impl, op, got, allowed, clause):
 
 
 @pytest.mark.clause("MASK-1")
+@conditions.cover("MASK-1")
 @given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
 def test_boolean_mask_true_means_may_attend(impl, op, spec):
     case = impl.case(spec, op)
@@ -55,6 +56,7 @@ def test_masked_keys_get_zero_weight_even_at_large_logits(impl, op, spec):
 
 @pytest.mark.clause("MASK-2")
 @pytest.mark.requires("bias")
+@conditions.cover("MASK-2")
 @given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))
 def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
     case = impl.case(spec, op)
@@ -64,6 +66,7 @@ def test_bias_is_added_to_the_scaled_logits(impl, op, spec):
 @pytest.mark.clause("MASK-3")
 @pytest.mark.requires("legacy_mask")
 @pytest.mark.dtypes("float64", "float32", "bfloat16")
+@conditions.cover("MASK-3")
 @given(spec=case_specs(legacy=True).filter(lambda s: s.legacy_shape is not None))
 def test_legacy_mask_one_means_blocked_times_minus_1e9(impl, op, spec):
     case = impl.case(spec, op)
@@ -100,6 +103,7 @@ def test_legacy_offset_is_exactly_minus_1e9(impl, op):
 
 
 @pytest.mark.clause("MASK-5")
+@conditions.cover("MASK-5")
 @given(spec=case_specs(key_padding=True).filter(lambda s: s.key_padding))
 def test_key_padding_mask_true_means_key_present(impl, op, spec):
     case = impl.case(spec, op)
@@ -164,6 +168,7 @@ def test_fully_masked_rows_give_zero_output_and_zero_weights(impl, op, spec):
 
 
 @pytest.mark.clause("MASK-10")
+@conditions.cover("MASK-10")
 @given(spec=case_specs(bias=True, key_padding=True, causal=True))
 def test_all_true_mask_equals_no_mask(impl, op, spec):
     case = impl.case(spec, op)
@@ -176,6 +181,7 @@ def test_all_true_mask_equals_no_mask(impl, op, spec):
 
 @pytest.mark.clause("MASK-11")
 @pytest.mark.requires("bias")
+@conditions.cover("MASK-11")
 @given(spec=st.one_of(case_specs(masks=True, fully_masked=True),
                       case_specs(masks=True).filter(lambda s: s.mask_shape is not None)))
 # always run: fully masked rows (a mask giving the mean of V where the -inf bias gives 0 or NaN)
@@ -194,6 +200,7 @@ def test_boolean_mask_equals_its_minus_inf_bias(impl, op, spec):
 
 
 @pytest.mark.clause("MASK-12")
+@conditions.cover("MASK-12")
 @given(spec=case_specs(key_padding=True).map(lambda s: s._replace(key_padding=True))
        .filter(lambda s: s.len_k > 1))
 def test_values_at_masked_keys_do_not_matter(impl, op, spec):
@@ -222,6 +229,7 @@ def test_values_at_masked_keys_do_not_matter(impl, op, spec):
 @pytest.mark.clause("MASK-13")
 @pytest.mark.requires("masks")
 @extremes.EXPECTED_NONFINITE_WARNINGS
+@conditions.cover("MASK-13")
 @given(spec=case_specs(masks=True, causal=True).map(lambda s: s._replace(key_padding=True))
        .filter(lambda s: s.len_k > 1),
        value=st.sampled_from(sorted(extremes.NONFINITE)))

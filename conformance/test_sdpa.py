@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance._transform import permute_keys, permute_queries, sub_batch
 from mhaspec.conformance.strategies import case_specs
 
@@ -12,6 +12,7 @@ pytestmark = pytest.mark.requires("sdpa")
 
 
 @pytest.mark.clause("SDPA-1")
+@conditions.cover("SDPA-1")
 @given(spec=case_specs())
 def test_attention_equals_softmax_of_scaled_logits_times_v(impl, spec):
     case = impl.case(spec, "sdpa")
@@ -20,6 +21,7 @@ def test_attention_equals_softmax_of_scaled_logits_times_v(impl, spec):
 
 @pytest.mark.clause("SDPA-2")
 @pytest.mark.requires("scale")
+@conditions.cover("SDPA-2")
 @given(spec=case_specs(custom_scale=True))
 def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(impl, spec):
     case = impl.case(spec, "sdpa")
@@ -27,6 +29,7 @@ def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(impl, spec):
 
 
 @pytest.mark.clause("SDPA-3")
+@conditions.cover("SDPA-3")
 @given(spec=case_specs(cross=True).filter(lambda s: s.d_v != s.d_k))
 def test_value_width_may_differ_from_key_width(impl, spec):
     case = impl.case(spec, "sdpa")
@@ -35,6 +38,7 @@ def test_value_width_may_differ_from_key_width(impl, spec):
 
 @pytest.mark.clause("SDPA-4")
 @pytest.mark.requires("weights")
+@conditions.cover("SDPA-4")
 @given(spec=case_specs(masks=True, key_padding=True, causal=True))
 def test_weights_are_the_probabilities_that_multiply_v(impl, spec):
     case = impl.case(spec, "sdpa")
@@ -55,6 +59,7 @@ def _perm(spec, n):
 
 
 @pytest.mark.clause("SDPA-5")
+@conditions.cover("SDPA-5")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
 def test_permuting_keys_and_values_jointly_keeps_the_output(impl, spec):
     case = impl.case(spec, "sdpa")
@@ -69,6 +74,7 @@ def test_permuting_keys_and_values_jointly_keeps_the_output(impl, spec):
 
 
 @pytest.mark.clause("SDPA-6")
+@conditions.cover("SDPA-6")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
 def test_permuting_queries_permutes_the_output(impl, spec):
     case = impl.case(spec, "sdpa")
@@ -83,6 +89,7 @@ def test_permuting_queries_permutes_the_output(impl, spec):
 
 
 @pytest.mark.clause("SDPA-7")
+@conditions.cover("SDPA-7")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True)
        .filter(lambda s: s.batch > 1))
 def test_batch_items_are_independent(impl, spec):

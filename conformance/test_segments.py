@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("segments")
 
 
 @pytest.mark.clause("SEG-1")
+@conditions.cover("SEG-1")
 @given(spec=feature_specs(require=("segments",), allow=("softcap", "lse"), masks=True, bias=True,
                           key_padding=True))
 def test_queries_attend_only_keys_of_their_segment(impl, op, spec):
@@ -26,6 +27,7 @@ def test_queries_attend_only_keys_of_their_segment(impl, op, spec):
 
 
 @pytest.mark.clause("SEG-2")
+@conditions.cover("SEG-2")
 @given(spec=feature_specs(require=("seq_lengths",), allow=("segments", "lse"), masks=True,
                           key_padding=True))
 def test_sequence_lengths_pad_queries_and_keys(impl, op, spec):
@@ -35,6 +37,7 @@ def test_sequence_lengths_pad_queries_and_keys(impl, op, spec):
 
 @pytest.mark.clause("SEG-3")
 @pytest.mark.requires("causal")
+@conditions.cover("SEG-3")
 @given(spec=feature_specs(require=("segments",), allow=("seq_lengths", "window", "alibi"),
                           causal=True).map(lambda s: s._replace(causal=s.causal or s.alignment or "top_left")))
 def test_causal_window_and_alibi_count_positions_within_a_segment(impl, op, spec):
@@ -62,6 +65,7 @@ def _sequences(case):
 
 @pytest.mark.clause("SEG-4")
 @pytest.mark.requires("sdpa")
+@conditions.cover("SEG-4")
 @given(spec=feature_specs(require=("segments",), allow=("softcap", "window", "alibi"),
                           causal=True, cross=False).map(
     lambda s: s._replace(segments="packed") if s.segments == "scattered" else s))
@@ -95,25 +99,26 @@ def test_a_packed_call_equals_the_separate_calls(impl, spec):
 @pytest.mark.clause("SEG-5")
 @pytest.mark.requires("errors")
 def test_invalid_segment_ids_and_lengths_are_rejected(impl, op):
-    spec = CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_k=4, d_v=4, seed=91)
-    case = impl.case(spec, op)
-    b, lq, lk = spec.batch, spec.len_q, spec.len_k
-    q_ids, k_ids = np.zeros((b, lq), np.int64), np.zeros((b, lk), np.int64)
-    harness.expect_rejections(impl, op, case, "SEG-5", [
-        ("float q_segment_ids", "q_segment_ids", {"q_segment_ids": np.zeros((b, lq)),
-                                                  "kv_segment_ids": k_ids}),
-        ("kv_segment_ids (B, L_k + 1)", "kv_segment_ids",
-         {"q_segment_ids": q_ids, "kv_segment_ids": np.zeros((b, lk + 1), np.int64)}),
-        ("q_segment_ids (B, L_k)", "q_segment_ids",
-         {"q_segment_ids": np.zeros((b, lk), np.int64), "kv_segment_ids": k_ids}),
-        ("q_segment_ids alone", ("q_segment_ids", "kv_segment_ids"), {"q_segment_ids": q_ids}),
-        ("kv_segment_ids alone", ("q_segment_ids", "kv_segment_ids"), {"kv_segment_ids": k_ids}),
-        ("query_seq_lengths (B, 1)", "query_seq_lengths",
-         {"query_seq_lengths": np.ones((b, 1), np.int64)}),
-        ("float query_seq_lengths", "query_seq_lengths", {"query_seq_lengths": np.ones(b)}),
-        ("negative key_value_seq_lengths", "key_value_seq_lengths",
-         {"key_value_seq_lengths": np.array([-1, 1])}),
-        ("key_value_seq_lengths past L_k", "key_value_seq_lengths",
-         {"key_value_seq_lengths": np.array([lk + 1, 1])}),
-        ("query_seq_lengths past L_q", "query_seq_lengths",
-         {"query_seq_lengths": np.array([1, lq + 1])})])
+    for spec in conditions.row_specs("SEG-5", CaseSpec(batch=2, seed=91), keep=("batch",)):
+        case = impl.case(spec, op)
+        b, lq, lk = spec.batch, spec.len_q, spec.len_k
+        q_ids, k_ids = np.zeros((b, lq), np.int64), np.zeros((b, lk), np.int64)
+        harness.expect_rejections(impl, op, case, "SEG-5", [
+            ("float q_segment_ids", "q_segment_ids", {"q_segment_ids": np.zeros((b, lq)),
+                                                      "kv_segment_ids": k_ids}),
+            ("kv_segment_ids (B, L_k + 1)", "kv_segment_ids",
+             {"q_segment_ids": q_ids, "kv_segment_ids": np.zeros((b, lk + 1), np.int64)}),
+            ("q_segment_ids of another length than L_q", "q_segment_ids",
+             {"q_segment_ids": np.zeros((b, lk if lk != lq else lq + 1), np.int64),
+              "kv_segment_ids": k_ids}),
+            ("q_segment_ids alone", ("q_segment_ids", "kv_segment_ids"), {"q_segment_ids": q_ids}),
+            ("kv_segment_ids alone", ("q_segment_ids", "kv_segment_ids"), {"kv_segment_ids": k_ids}),
+            ("query_seq_lengths (B, 1)", "query_seq_lengths",
+             {"query_seq_lengths": np.ones((b, 1), np.int64)}),
+            ("float query_seq_lengths", "query_seq_lengths", {"query_seq_lengths": np.ones(b)}),
+            ("negative key_value_seq_lengths", "key_value_seq_lengths",
+             {"key_value_seq_lengths": np.array([-1, 1])}),
+            ("key_value_seq_lengths past L_k", "key_value_seq_lengths",
+             {"key_value_seq_lengths": np.array([lk + 1, 1])}),
+            ("query_seq_lengths past L_q", "query_seq_lengths",
+             {"query_seq_lengths": np.array([1, lq + 1])})])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import harness
+from mhaspec.conformance import conditions, harness
 from mhaspec.conformance.strategies import case_specs
 
 
@@ -14,6 +14,7 @@ def _expected_dtype(impl):
 
 @pytest.mark.clause("SHAPE-1")
 @pytest.mark.requires("mha")
+@conditions.cover("SHAPE-1")
 @given(spec=case_specs())
 def test_mha_output_is_b_lq_dout_in_the_input_dtype(impl, spec):
     case = impl.case(spec)
@@ -25,6 +26,7 @@ def test_mha_output_is_b_lq_dout_in_the_input_dtype(impl, spec):
 
 @pytest.mark.clause("SHAPE-2")
 @pytest.mark.requires("weights")
+@conditions.cover("SHAPE-2")
 @given(spec=case_specs())
 def test_weights_are_per_head_b_h_lq_lk(impl, op, spec):
     case = impl.case(spec, op)
@@ -37,6 +39,7 @@ def test_weights_are_per_head_b_h_lq_lk(impl, op, spec):
 
 @pytest.mark.clause("SHAPE-3")
 @pytest.mark.requires("sdpa")
+@conditions.cover("SHAPE-3")
 @given(spec=case_specs())
 def test_sdpa_output_is_b_h_lq_dv(impl, spec):
     case = impl.case(spec, "sdpa")
@@ -47,6 +50,7 @@ def test_sdpa_output_is_b_h_lq_dv(impl, spec):
 
 
 @pytest.mark.clause("SHAPE-4")
+@conditions.cover("SHAPE-4")
 @given(spec=case_specs(causal=True, custom_scale=True),
        empty=st.sampled_from(("batch", "len_q", "len_k", "batch+len_k")))
 def test_empty_sizes_give_empty_or_zero_results(impl, op, spec, empty):
@@ -71,19 +75,12 @@ def test_empty_sizes_give_empty_or_zero_results(impl, op, spec, empty):
     harness.expect_oracle(impl, case, got, op=op, clause="SHAPE-4")
 
 
-DEGENERATE = {
-    "L_k = 1": dict(len_k=1),
-    "L_q = 1": dict(len_q=1),
-    "h = 1": dict(heads=1),
-    "h = d_model": dict(heads=4, d_k=1, d_v=1, d_model=4, k_dim=4, v_dim=4, d_out=4),
-}
-
-
 @pytest.mark.clause("SHAPE-5")
+@conditions.cover("SHAPE-5")
 @given(spec=case_specs(key_padding=True, causal=True, custom_scale=True),
-       which=st.sampled_from(sorted(DEGENERATE)))
+       which=st.sampled_from(sorted(conditions.DEGENERATE)))
 def test_degenerate_sizes_are_ordinary_cases(impl, op, spec, which):
-    sizes = DEGENERATE[which]
+    sizes = conditions.DEGENERATE[which]
     self_attention = spec.self_attention and spec.len_q == spec.len_k and "len_q" not in sizes \
         and "len_k" not in sizes
     spec = spec._replace(**sizes, mask_shape=None, bias_shape=None, legacy_shape=None,

@@ -46,21 +46,23 @@ def test_the_clauses_example_and_its_neighbours(impl, op, window, alignment):
 @pytest.mark.clause("WIN-2")
 @pytest.mark.requires("errors")
 def test_invalid_window_or_missing_diagonal_is_rejected(impl, op):
-    case = impl.case(CaseSpec(seed=72), op)
-    harness.expect_rejections(impl, op, case, "WIN-2", [
-        ("window without causal, alignment or cache", "alignment", {"window": (1, 1)}),
-        ("unknown alignment", "alignment", {"window": (1, 1), "alignment": "diagonal"}),
-        ("window not a pair", "window", {"window": (1,), "alignment": "top_left"}),
-        ("window an integer", "window", {"window": 3, "alignment": "top_left"}),
-        ("negative side", "window", {"window": (-1, 0), "alignment": "top_left"}),
-        ("non-integer side", "window", {"window": (1.5, 0), "alignment": "top_left"}),
-        ("boolean side", "window", {"window": (True, 0), "alignment": "top_left"})])
+    for spec in conditions.row_specs("WIN-2", CaseSpec(seed=72)):
+        case = impl.case(spec, op)
+        harness.expect_rejections(impl, op, case, "WIN-2", [
+            ("window without causal, alignment or cache", "alignment", {"window": (1, 1)}),
+            ("unknown alignment", "alignment", {"window": (1, 1), "alignment": "diagonal"}),
+            ("window not a pair", "window", {"window": (1,), "alignment": "top_left"}),
+            ("window an integer", "window", {"window": 3, "alignment": "top_left"}),
+            ("negative side", "window", {"window": (-1, 0), "alignment": "top_left"}),
+            ("non-integer side", "window", {"window": (1.5, 0), "alignment": "top_left"}),
+            ("boolean side", "window", {"window": (True, 0), "alignment": "top_left"})])
 
 
 @pytest.mark.clause("WIN-2")
 @pytest.mark.requires("errors", "causal")
 def test_alignment_contradicting_causal_is_rejected(impl, op):
-    case = impl.case(CaseSpec(seed=73), op)
-    harness.expect_rejections(impl, op, case, "WIN-2", [
-        ("alignment differs from causal", "alignment",
-         {"window": (1, 0), "causal": "top_left", "alignment": "bottom_right"})])
+    for spec in conditions.row_specs("WIN-2", CaseSpec(seed=73)):
+        case = impl.case(spec, op)
+        harness.expect_rejections(impl, op, case, "WIN-2", [
+            ("alignment differs from causal", "alignment",
+             {"window": (1, 0), "causal": "top_left", "alignment": "bottom_right"})])

@@ -54,6 +54,7 @@ def read_claims(backend) -> dict:
     claims["deviations"] = member("deviations", getattr, backend, "deviations", {})
     for name in ("validated_clauses", "library_validates"):  # an adapter's (mhaspec.backends.adapters)
         claims[name] = member(name, getattr, backend, name, ())
+    claims["sub_cases"] = member("sub_cases", getattr, backend, "sub_cases", {})
     claims["framework_version"] = member("framework_version()",
                                          lambda: str(backend.framework_version()))
     scoped = getattr(backend, "capabilities_for", None)

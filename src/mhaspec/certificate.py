@@ -388,6 +388,27 @@ def process_row(run: dict) -> list[str]:
             f"{run.get('backend_restarts', 0)} times |"]
 
 
+def condition_values(conditions: list[str]) -> tuple[str, int, str]:
+    """A clause's recorded ``conditions`` (rows ``"dim=value, ..."``, then ``"not implemented:
+    ..."``) compactly: ``("dim: v1, v2; dim: ...", rows, "kept-out values")``."""
+    rows = [c for c in conditions if not c.startswith("not implemented: ")]
+    values: dict[str, list[str]] = {}
+    for row in rows:
+        for item in row.split(", "):
+            dim, _, value = item.partition("=")
+            if value not in values.setdefault(dim, []):
+                values[dim].append(value)
+    from mhaspec.conformance.conditions import DIMENSIONS
+
+    def order(dim: str, value: str) -> int:  # the space's order of values, others last
+        known = DIMENSIONS.get(dim, ())
+        return known.index(value) if value in known else len(known)
+
+    kept_out = [c.removeprefix("not implemented: ") for c in conditions if c not in rows]
+    return ("; ".join(f"{d}: {', '.join(sorted(v, key=lambda x: order(d, x)))}"
+                      for d, v in values.items()), len(rows), ", ".join(kept_out))
+
+
 def to_markdown(cert: dict) -> str:
     """A human-readable rendering of a certificate; every string it takes from the certificate is
     escaped (:func:`md_text`, :func:`md_fenced`), so none can add a heading, a table cell or HTML."""
@@ -444,6 +465,17 @@ def to_markdown(cert: dict) -> str:
         if run.get("failures_not_shrunk"):
             lines += ["", f"{run['failures_not_shrunk']} failures were not shrunk (shrinking: "
                           f"{md_text(run.get('shrink', ''))}; `--mhaspec-shrink-all` shrinks every one)."]
+    ran = [c for c in cert["clauses"] if c.get("conditions")]
+    if ran:
+        lines += ["", "## Conditions that ran", "",
+                  "Per clause, the values of each dimension of its condition space its cases held "
+                  "(`conformance/conditions.py`), the number of distinct combinations, and what a "
+                  "capability not claimed kept out.", "",
+                  "| clause | values | combinations | not implemented |", "|---|---|---|---|"]
+        for c in ran:
+            values, count, kept_out = condition_values(c["conditions"])
+            lines.append(f"| {md_text(c['id'])} | {md_text(values)} | {count} | "
+                         f"{md_text(kept_out) or '-'} |")
     failing = [c for c in cert["clauses"] if c["failures"]]
     if failing:
         lines += ["", "## Failures", ""]

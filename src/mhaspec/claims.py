@@ -8,11 +8,12 @@ and what is wrong with it (a usage error of certify, before the run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from mhaspec.backends import ALL_DTYPES, CAPABILITIES
+from mhaspec.backends.sub_cases import check_rules
 
 OPS = ("sdpa", "mha")
 
@@ -28,7 +29,8 @@ class Claims:
     when the backend does not scope them; ``deviations_on``: usable device -> dtype -> clause key ->
     reason; ``precision_flags``: usable device -> flag -> value; ``validated_clauses`` and
     ``library_validates``: an adapter's clauses satisfied by its shared argument validation and
-    those it leaves to its library (:mod:`mhaspec.backends.adapters`)."""
+    those it leaves to its library (:mod:`mhaspec.backends.adapters`); ``sub_cases``: the parts of
+    capabilities it supports (:mod:`mhaspec.backends.sub_cases`)."""
 
     name: str
     framework: str
@@ -43,6 +45,8 @@ class Claims:
     precision_flags: Mapping[str, Mapping[str, object]]
     validated_clauses: frozenset = frozenset()
     library_validates: frozenset = frozenset()
+    sub_cases: Mapping[str, Mapping[str, tuple[str, ...]]] = field(
+        default_factory=lambda: MappingProxyType({}))
 
 
 def _str(what: str, v) -> str:
@@ -124,4 +128,14 @@ def checked(raw: dict) -> Claims:
             d: _flags(f"precision_flags({d!r})", raw.get("precision_flags", {}).get(d))
             for d in dtypes}),
         validated_clauses=_clause_ids("validated_clauses", raw.get("validated_clauses", [])),
-        library_validates=_clause_ids("library_validates", raw.get("library_validates", [])))
+        library_validates=_clause_ids("library_validates", raw.get("library_validates", [])),
+        sub_cases=_sub_cases(raw.get("sub_cases", {})))
+
+
+def _sub_cases(v) -> Mapping:
+    """A backend's ``sub_cases`` (:mod:`mhaspec.backends.sub_cases`), checked and frozen."""
+    try:
+        rules = check_rules(v)
+    except ValueError as exc:
+        raise ClaimError(str(exc)) from None
+    return MappingProxyType({c: MappingProxyType(r) for c, r in rules.items()})

@@ -93,6 +93,7 @@ class SealedBackend:
         self.capabilities = claims.capabilities
         self.deviations = claims.deviations
         self.validated_clauses, self.library_validates = claims.validated_clauses, claims.library_validates
+        self.sub_cases = claims.sub_cases
         self.capabilities_for = None if claims.capabilities_for is None else self._scoped
         self._ids = itertools.count(1)
         self._released: list[tuple[int, int]] = []  # (generation, id) no longer held here

@@ -1,0 +1,55 @@
+"""What of a case each clause alone judges: a declared deviation of a clause is reported under that
+clause and never surfaces as a failure of another one.
+
+:data:`GOVERNS` maps a clause to the property of a case it governs:
+
+* a capability (e.g. SOFTCAP-1 -> "softcap"): in a cell that declares a deviation of the clause,
+  a case built for a test of another clause is built as if the cell did not claim the
+  capability (``harness.fit`` drops the feature; the conditions record what ran). A test that
+  requires the capability (its ``requires`` markers: e.g. SEG-4 requires "segments") is about
+  the feature and keeps it: the cell declares that clause too if its behaviour differs there.
+* :data:`EMPTY_ROWS` (MASK-9): rows without an allowed key cannot be taken out of a case (a mask,
+  a window, segments or lengths can empty them), so the checks of other clauses leave those rows
+  unjudged (``harness.rows_left_to_mask9``).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+#: the rows of a case without an allowed key (all-zero oracle weights)
+EMPTY_ROWS = "empty rows"
+
+#: clause -> the capability (or :data:`EMPTY_ROWS`) it alone judges where a cell deviates from it
+GOVERNS: dict[str, str] = {
+    "SDPA-2": "scale",
+    "MASK-2": "bias",
+    "MASK-3": "legacy_mask",
+    "MASK-9": EMPTY_ROWS,
+    "GQA-1": "gqa",
+    "SOFTCAP-1": "softcap",
+    "WIN-1": "window",
+    "ALIBI-1": "alibi",
+    "SEG-1": "segments",
+    "SEG-2": "segments",
+    "CACHE-2": "kv_cache",
+    "LSE-1": "lse",
+}
+
+
+def withheld(declared: Iterable[str], running: Iterable[str],
+             required: Iterable[str] = ()) -> frozenset[str]:
+    """The capabilities the cases of a test naming the ``running`` clauses and requiring the
+    capabilities ``required`` are built without, in a cell that declares deviations of the
+    ``declared`` clauses: what a declared clause the test does not name governs, unless the test
+    names another clause governing it too or requires it."""
+    running = set(running)
+    kept = {GOVERNS[c] for c in running if c in GOVERNS} | set(required)
+    return frozenset(GOVERNS[c] for c in declared
+                     if c in GOVERNS and c not in running and GOVERNS[c] != EMPTY_ROWS) - kept
+
+
+def leaves_empty_rows(declared: Iterable[str], running: Iterable[str]) -> bool:
+    """Whether the checks of a test naming the ``running`` clauses leave rows without an allowed
+    key unjudged: a declared clause it does not name governs them."""
+    return any(GOVERNS.get(c) == EMPTY_ROWS and c not in set(running) for c in declared)

@@ -1,0 +1,25 @@
+"""Backends of the catalogue (``broken_backends.py``) that declare their mistake as a deviation of
+the clause it breaks: the suite must report it under that clause only (conformance/governed.py)
+and judge every other clause on what the backend does right. Loaded with ``--backend
+declared_backends:<NAME>``."""
+
+from __future__ import annotations
+
+import broken_backends as broken
+
+
+def _declaring(backend, clauses: tuple[str, ...], reason: str):
+    backend.deviations = {clause: reason for clause in clauses}
+    return backend
+
+
+WINDOW_OFF_BY_ONE_DECLARED = _declaring(
+    broken.WindowOffByOne("declared-window-off-by-one"), ("WIN-1",),
+    "the window admits one key more on the left (j >= i - left - 1)")
+#: ALIBI-2 (ALiBi equals its explicit bias) is broken by the same sign: its test is about ALiBi
+#: (it requires "alibi") and keeps it, so the backend declares both
+ALIBI_SIGN_FLIPPED_DECLARED = _declaring(
+    broken.AlibiSignFlipped("declared-alibi-sign"), ("ALIBI-1", "ALIBI-2"),
+    "ALiBi adds +m|i - j|")
+#: backend name -> the clauses it declares
+DECLARED = {"declared-window-off-by-one": {"WIN-1"}, "declared-alibi-sign": {"ALIBI-1", "ALIBI-2"}}
