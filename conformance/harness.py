@@ -598,7 +598,8 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
 def float32_hint(dtype: str, what: str, verdict: tolerance.Verdict, ref: Reference) -> str:
     """For a float64 failure within float32's error: a note that the result has float32
     accuracy, i.e. a float64 path that rounds through float32 (NUM-2); "" otherwise."""
-    if dtype != "float64" or what not in ("output", "weights", "lse") or not np.isfinite(verdict.error):
+    if dtype != "float64" or what not in ("output", "weights", "lse") \
+            or not np.isfinite(verdict.error) or not np.isfinite(verdict.allowed):
         return ""
     naive32 = max(tolerance.max_abs_error(getattr(n, _FIELD.get(what, what)),
                                           getattr(ref.expected, _FIELD.get(what, what)))[0]
@@ -614,9 +615,10 @@ _FIELD = {"output": "out"}
 
 def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, allowed: float,
                  clause: str, what: str, op: str) -> None:
-    """Assert two results of the same backend agree within ``allowed`` (a property's bound)."""
+    """Assert two results of the same backend agree within ``allowed`` (a property's bound; one
+    that is not finite never passes, :func:`tolerance.within`)."""
     error, where = tolerance.max_abs_error(got, want)
-    if not error <= allowed:
+    if not tolerance.within(error, allowed):
         record_failure(clause, what, error, max(_finite_max_abs(want), 1.0), f"max abs difference "
                        f"{error:.3e} at index {where}, allowed {allowed:.3e}", case.spec)
         saved = save_failure(impl, case, op, clause, {})

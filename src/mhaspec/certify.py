@@ -95,20 +95,6 @@ def recorded_args(args: list[str], failures: pathlib.Path) -> list[str]:
     return out
 
 
-def device_name(backend, device: str) -> str:
-    """A readable name of ``device`` (the CPU model, or the GPU's name where the framework says)."""
-    if device == "cpu":
-        return platform.processor() or platform.machine()
-    try:
-        if backend.framework == "torch":
-            import torch
-
-            return torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - a name is informative only
-        pass
-    return device
-
-
 def _int_or_none(value):
     try:
         return int(value)
@@ -232,7 +218,7 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
                     **operation_capabilities(backend)},
         "environment": {
             "python": platform.python_version(), "platform": platform.platform(),
-            "devices": {d: {"name": device_name(backend, d), "dtypes": claimed[d],
+            "devices": {d: {"name": backend.device_name(d), "dtypes": claimed[d],
                             "precision_flags": {k: str(v) for k, v in
                                                 backend.precision_flags(d).items()}}
                         for d in claimed},

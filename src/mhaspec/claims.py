@@ -8,7 +8,7 @@ and what is wrong with it (a usage error of certify, before the run).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -28,7 +28,8 @@ class Claims:
     when the backend does not scope them; ``deviations_on``: usable device -> dtype -> clause key ->
     reason; ``precision_flags``: usable device -> flag -> value; ``validated_clauses`` and
     ``library_validates``: an adapter's clauses satisfied by its shared argument validation and
-    those it leaves to its library (:mod:`mhaspec.backends.adapters`)."""
+    those it leaves to its library (:mod:`mhaspec.backends.adapters`); ``device_names``: usable
+    device -> its readable name (:func:`mhaspec.backend_host.device_name`)."""
 
     name: str
     framework: str
@@ -43,6 +44,7 @@ class Claims:
     precision_flags: Mapping[str, Mapping[str, object]]
     validated_clauses: frozenset = frozenset()
     library_validates: frozenset = frozenset()
+    device_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def _str(what: str, v) -> str:
@@ -124,4 +126,7 @@ def checked(raw: dict) -> Claims:
             d: _flags(f"precision_flags({d!r})", raw.get("precision_flags", {}).get(d))
             for d in dtypes}),
         validated_clauses=_clause_ids("validated_clauses", raw.get("validated_clauses", [])),
-        library_validates=_clause_ids("library_validates", raw.get("library_validates", [])))
+        library_validates=_clause_ids("library_validates", raw.get("library_validates", [])),
+        device_names=MappingProxyType({
+            d: _str(f"the name of device {d!r}", raw.get("device_names", {}).get(d))[:200]
+            for d in dtypes}))
