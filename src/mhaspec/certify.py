@@ -1,8 +1,8 @@
 """``mhaspec certify``: run the conformance suite on one backend and write its certificate.
 
 The certificate records what RAN, not what was asked for: the exact pytest arguments (the run's
-temporary directory written ``<tmp>``, the failures folder ``<output-dir>/NAME-failures``), the
-selection (``-k``, ``-m``, ``--deselect``, ``--mhaspec-dtypes``) and the items of claimed cells
+temporary directory written ``<tmp>``, the suite's folder ``<suite>``, the failures folder
+``<output-dir>/NAME-failures``), the selection (``-k``, ``-m``, ``--deselect``, ``--mhaspec-dtypes``) and the items of claimed cells
 that did not run, the Hypothesis settings the run used (profile, seed, max_examples, derandomize,
 phases) and the per-call time limit. The verdict comes from
 :func:`mhaspec.conformance.verdicts.overall_verdict`, computed once: a claimed device x dtype cell
@@ -81,16 +81,24 @@ def check_not_another_backends(path: pathlib.Path, ref: str) -> None:
 
 
 def recorded_args(args: list[str], failures: pathlib.Path) -> list[str]:
-    """The pytest arguments as a certificate records them: the run's temporary directory (its
-    ini file and ``--rootdir``) written ``<tmp>``, the failures folder ``<output-dir>/NAME-failures``,
-    so a certificate names no path of the machine that issued it."""
-    tmp = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--rootdir"), None)
+    """The pytest arguments as a certificate records them: the run's temporary directory (that of
+    its ``-c`` ini file) written ``<tmp>``, its ``--rootdir`` (the suite's folder) ``<suite>``, the
+    failures folder ``<output-dir>/NAME-failures``, so a certificate names no path of the machine
+    that issued it."""
+    def value_of(option: str) -> str | None:
+        return next((args[i + 1] for i, a in enumerate(args[:-1]) if a == option), None)
+
+    ini, suite = value_of("-c"), value_of("--rootdir")
+    places = [(str(pathlib.PurePath(ini).parent), "<tmp>")] if ini else []
+    places += [(suite, "<suite>")] if suite else []
     out = []
     for arg in args:
         if arg == str(failures):
             arg = f"<output-dir>/{failures.name}"
-        elif tmp and (arg == tmp or arg.startswith(tmp + "/")):
-            arg = "<tmp>" + arg[len(tmp):]
+        for place, symbol in places:
+            if arg == place or arg.startswith(place + "/"):
+                arg = symbol + arg[len(place):]
+                break
         out.append(arg)
     return out
 
