@@ -101,9 +101,10 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
 
 def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, allowed: float,
                  clause: str, what: str, op: str) -> None:
-    """Assert two results of the same backend agree within ``allowed`` (a property's bound)."""
+    """Assert two results of the same backend agree within ``allowed`` (a property's bound; one
+    that is not finite never passes, :func:`tolerance.within`)."""
     error, where = tolerance.max_abs_error(got, want)
-    if not error <= allowed:
+    if not tolerance.within(error, allowed):
         record_failure(clause, what, error, max(finite_max_abs(want), 1.0), f"max abs difference "
                        f"{error:.3e} at index {where}, allowed {allowed:.3e}", case.spec)
         saved = save_failure(impl, case, op, clause, {})

@@ -246,7 +246,8 @@ def _unjudged(arrays: list, where) -> list:
 def float32_hint(dtype: str, what: str, verdict: tolerance.Verdict, ref: Reference) -> str:
     """For a float64 failure within float32's error: a note that the result has float32
     accuracy, i.e. a float64 path that rounds through float32 (NUM-2); "" otherwise."""
-    if dtype != "float64" or what not in ("output", "weights", "lse") or not np.isfinite(verdict.error):
+    if dtype != "float64" or what not in ("output", "weights", "lse") \
+            or not np.isfinite(verdict.error) or not np.isfinite(verdict.allowed):
         return ""
     naive32 = max(tolerance.max_abs_error(getattr(n, _FIELD.get(what, what)),
                                           getattr(ref.expected, _FIELD.get(what, what)))[0]

@@ -31,8 +31,8 @@ def replay(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", dtype:
 
 class Unjudgeable(ValueError):
     """A case NUM-3 cannot judge: the oracle refuses it (input the spec calls invalid), or the
-    allowance NUM-3 gives is not finite (inputs that overflow the naive algorithm's dtype, where
-    any result would pass)."""
+    allowance NUM-3 gives is not finite (inputs that overflow the naive algorithm's dtype: outside
+    NUM-3's domain, where no result passes, :func:`tolerance.within`)."""
 
 
 def judgeable_reference(impl: harness.Impl, case: Case, op: str,
@@ -50,9 +50,10 @@ def judgeable_reference(impl: harness.Impl, case: Case, op: str,
             raise Unjudgeable(f"the spec's oracle refuses it: {' '.join(str(exc).split())}") from None
     for c in checks:
         if not math.isfinite(c.verdict.allowed):
-            raise Unjudgeable(f"NUM-3 allows an infinite error in its {c.what} (the naive "
+            raise Unjudgeable(f"NUM-3 has no finite allowance for its {c.what} (the naive "
                               f"algorithm's error is {c.verdict.ref_error:.3g}: its inputs overflow "
-                              f"{tolerance.naive_precision(impl.dtype)}), so any result would pass")
+                              f"{tolerance.naive_precision(impl.dtype)}): outside NUM-3's domain, "
+                              f"no result could pass")
     return ref
 
 

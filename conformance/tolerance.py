@@ -12,10 +12,18 @@ computation (the subnormal allowance of NUM-5, negligible for data in the normal
 float64 the float64 oracle cannot see the naive algorithm's error, so ``e_ref`` is the float32
 figure times ``u64 / u32`` (first-order error analysis). The reported *ratio* is
 ``e / (e_ref + C * u * S / K)``: a case passes iff its ratio is at most ``K``.
+
+NUM-3 judges only where its allowance is finite. A naive run that is not finite where the oracle is
+(its inputs overflow the dtype) makes ``e_ref`` infinite, and a floor beyond float64's range does
+the same; the spec (1.0-1.2) is silent on both, and the suite reads them conservatively: such a
+comparison is outside NUM-3's domain and never passes (:func:`within`, ratio inf), whatever the
+candidate returns; ``mhaspec replay`` refuses the case before running the backend
+(docs/tolerance.md).
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -41,6 +49,11 @@ class Verdict(NamedTuple):
 
     def describe(self) -> str:
         loc = "" if self.where is None else f" at index {self.where}"
+        if not math.isfinite(self.allowed):
+            why = ("the inputs overflow the naive algorithm's dtype" if not
+                   math.isfinite(self.ref_error) else "its floor exceeds float64's range")
+            return (f"max abs error {self.error:.3e}{loc}; NUM-3 has no finite allowance here "
+                    f"({why}): outside its domain, never a pass")
         return (f"max abs error {self.error:.3e}{loc}, allowed {self.allowed:.3e} "
                 f"(naive-algorithm error {self.ref_error:.3e}, ratio {format_ratio(self.ratio)} "
                 f"vs K={K:g})")
@@ -78,19 +91,30 @@ def reference_error(dtype: str, naive_error: float) -> float:
     return naive_error
 
 
+def within(error: float, allowed: float) -> bool:
+    """NUM-3's test ``e <= allowed``; false where the allowance is not finite (inf or NaN: an
+    overflowed naive algorithm measures nothing, so the comparison is outside NUM-3's domain and
+    never a pass, whatever ``error`` is)."""
+    return math.isfinite(allowed) and error <= allowed
+
+
 def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale: float,
           sum_length: int = 0, condition: float = 1.0) -> Verdict:
     """Apply NUM-3. ``naive``: the naive algorithm's result(s) in ``dtype`` (float32 for float64),
     one array or a list (one per :func:`naive_precisions` entry); the largest error counts.
     ``sum_length``: N of the subnormal allowance (0: none); ``condition``: the softmax condition
-    kappa >= 1 (the oracle's largest probability-weighted |logit| of a row, at least 1)."""
+    kappa >= 1 (the oracle's largest probability-weighted |logit| of a row, at least 1).
+    An allowance that is not finite fails with ratio inf (:func:`within`)."""
     error, where = max_abs_error(actual, expected)
     runs = naive if isinstance(naive, (list, tuple)) else [naive]
     ref_error = reference_error(dtype, max(max_abs_error(n, expected)[0] for n in runs))
     floor = C * UNIT_ROUNDOFF[dtype] * condition * scale + C * SMALLEST_NORMAL[dtype] * sum_length
     allowed = K * ref_error + floor
-    ratio = error / (ref_error + floor / K) if allowed > 0 else (0.0 if error == 0 else np.inf)
-    return Verdict(bool(error <= allowed), error, ref_error, allowed, float(ratio), where)
+    if not math.isfinite(allowed):
+        ratio = np.inf
+    else:
+        ratio = error / (ref_error + floor / K) if allowed > 0 else (0.0 if error == 0 else np.inf)
+    return Verdict(within(error, allowed), error, ref_error, allowed, float(ratio), where)
 
 
 def naive_precisions(dtype: str) -> tuple[str, ...]:

@@ -151,9 +151,12 @@ def entry_problem(entry: dict, adapter_clauses: frozenset[str]) -> str | None:
     return None
 
 
-def verdict_label(entry: dict) -> str:
+def verdict_label(entry: dict, informative_ids=frozenset()) -> str:
     """A clause entry's verdict as people read it: ``pass (adapter)``, ``stale-deviation (stale
-    on cpu/float64)``, or the verdict alone."""
+    on cpu/float64)``, ``informative`` for a ``not-run`` clause of ``informative_ids`` (it has no
+    test, as :func:`describe_counts` words it), or the verdict alone."""
+    if entry["verdict"] == "not-run" and entry["id"] in informative_ids:
+        return "informative"
     if entry.get("satisfied_by"):
         return f"{entry['verdict']} ({entry['satisfied_by']})"
     if entry.get("stale_on"):

@@ -144,3 +144,25 @@ def test_failure_groups_from_results():
     assert "ValueError: d_v (N) != d_k (N)" in groups[1]["cause"]
     assert groups[1]["typical_relative_error"] is None
     assert verdicts.describe_group(groups[0]).startswith("b: 2 clauses (2 tests) on cpu/float64 fail by ~1e-07")
+
+
+def test_informative_clauses_and_large_ratios_read_as_the_terminal_words_them(capsys):
+    """Old: the certificate's Markdown and ``verify`` said "not-run" for informative clauses (the
+    terminal: "2 informative" next to "0 not run" tests) and printed ratios with two decimals
+    (1477874627492827.50); now "informative" and :func:`tolerance.format_ratio` everywhere."""
+    from mhaspec import cli
+
+    path = HERE.parent / "docs" / "certificates" / "torch-sdpa.json"
+    cert = json.loads(path.read_text("utf-8"))
+    informative = {c["id"] for c in cert["clauses"] if c["verdict"] == "not-run"}
+    assert informative == {"MASK-4", "WIN-3"}  # no test: informative in spec 1.2
+    big = dict(next(c for c in cert["clauses"] if c["id"] == "SDPA-1"), worst_ratio=1477874627492827.5)
+    rows = certificate.to_markdown({**cert, "clauses": [big if c["id"] == "SDPA-1" else c
+                                                         for c in cert["clauses"]]}).splitlines()
+    assert "| SDPA-1 | The attention equation | pass | 1.48e+15 | 4 |" in "\n".join(rows)
+    for cid in informative:
+        assert next(r for r in rows if r.startswith(f"| {cid} |")).split(" | ")[2] == "informative"
+    assert not [r for r in rows if "not-run" in r]
+    assert cli.main(["verify", str(path)]) == 0
+    summary = next(line for line in capsys.readouterr().out.splitlines() if "the summary" in line)
+    assert "2 informative" in summary and "not-run" not in summary, summary

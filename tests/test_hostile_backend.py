@@ -92,6 +92,21 @@ class ZeroAttention(NumpyBackend):
         return out * 0, w
 
 
+class ClaimsACudaDevice(Heads):
+    """A torch backend on a CUDA device (its arrays say so): naming the device is the framework's."""
+
+    framework = "torch"
+
+    def devices(self):
+        return {"cuda": None}
+
+    def dtypes(self, device):
+        return ("float64",)
+
+    def device_of(self, x):
+        return "cuda"
+
+
 def wrong(member, value):
     """A heads backend whose ``member`` is ``value``."""
     backend = Heads("wrong-types")
@@ -138,6 +153,7 @@ def misbehaving(how):
 
 
 XFAIL = RaisesXfail("raises-xfail")
+CUDA_TORCH = ClaimsACudaDevice("cuda-torch")
 SHIFTING = Shifting("shifting")
 ONLY_IN_HARNESS = OnlyInHarness("only-in-harness")
 ZERO = ZeroAttention()
@@ -168,14 +184,25 @@ def work(tmp_path) -> pathlib.Path:
     return tmp_path
 
 
-def certify(cwd: pathlib.Path, ref: str, *args: str, timeout: float = 300, path=None):
-    """``mhaspec certify`` of ``hostile_backends:ref`` in ``cwd`` (``path``: first on PYTHONPATH)."""
+def certify(cwd: pathlib.Path, ref: str, *args: str, timeout: float = 300, path=None,
+            python: tuple[str, ...] = ("-m", "mhaspec.cli")):
+    """``mhaspec certify`` of ``hostile_backends:ref`` in ``cwd`` (``path``: first on PYTHONPATH;
+    ``python``: what runs the command line, ``-m mhaspec.cli`` or a ``-c`` script around it)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env["PYTHONPATH"] = os.pathsep.join([*([str(path)] if path else []), str(cwd),
                                          os.environ.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "mhaspec.cli", "certify", f"hostile_backends:{ref}",
+    return subprocess.run([sys.executable, *python, "certify", f"hostile_backends:{ref}",
                            "--profile", "ci", "--seed", "0", "--output-dir", "certs", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+#: ``mhaspec certify`` that prints, at exit, the frameworks imported into the judging process
+CERTIFY_LISTING_FRAMEWORKS = (
+    "-c", "import atexit, runpy, sys\n"
+    "atexit.register(lambda: print('judging process imported:', sorted(m for m in ('torch', 'jax', "
+    "'tensorflow', 'keras', 'flax', 'transformers', 'onnxruntime') if m in sys.modules)))\n"
+    "sys.argv[0] = 'mhaspec'\n"
+    "runpy.run_module('mhaspec.cli', run_name='__main__')\n")
 
 
 def certificate(cwd: pathlib.Path, stem: str) -> dict:
@@ -222,6 +249,17 @@ def test_claims_are_read_once_and_used_for_the_run_and_the_certificate(work):
     assert set(cert["backend"]["deviations"]) == {"HEAD-1"}
     assert clause(cert, "HEAD-1")["verdict"] == "stale-deviation"
     assert all(cell == "cpu/float64" for c in cert["clauses"] for cell in c["ran_on"])
+
+
+def test_the_judging_process_imports_no_framework_to_name_a_device(work):
+    """Old: certify imported torch into the judging process to name a torch backend's CUDA device
+    (certify.device_name). The name now comes from the backend's process with the other claims."""
+    proc = certify(work, "CUDA_TORCH", "--", *HEADS_ONLY, python=CERTIFY_LISTING_FRAMEWORKS)
+    assert "judging process imported: []" in proc.stdout, output(proc)  # exit 1: one chapter ran
+    cert = certificate(work, "cuda-torch")
+    assert set(cert["environment"]["devices"]) == {"cuda"}, output(proc)
+    assert cert["environment"]["devices"]["cuda"]["name"]  # torch's GPU name, or "cuda" without one
+    assert clause(cert, "HEAD-1")["verdict"] == "pass"
 
 
 @pytest.mark.parametrize("ref, words", [

@@ -43,7 +43,15 @@ class Hangs(HeadsOnly):
         time.sleep(3600)
 
 
+class SplitsWrong(HeadsOnly):
+    """split_heads puts the heads in the wrong order (HEAD-1 fails)."""
+
+    def split_heads(self, x, num_heads):
+        return super().split_heads(x, num_heads)[:, ::-1]
+
+
 HEADS = HeadsOnly()
+SPLITS_WRONG = SplitsWrong("splits-wrong")
 TWIN = HeadsOnly()  # another reference, the same name
 UP_TWO = HeadsOnly("../../escaped")
 ABSOLUTE = HeadsOnly(ABSOLUTE_NAME)
@@ -217,11 +225,27 @@ def test_a_certificate_names_no_machine_path_and_is_not_replaced_by_a_namesake(w
     first = (work / "certs" / "heads-only.json").read_text("utf-8")
     args = json.loads(first)["run"]["pytest_args"]
     assert not [a for a in args if os.path.isabs(a) or str(work) in a or "mhaspec-run-" in a], args
-    assert args[-4:] == ["-c", "<tmp>/pytest.ini", "--rootdir", "<tmp>"], args
+    assert args[-4:] == ["-c", "<tmp>/pytest.ini", "--rootdir", "<suite>"], args
     assert "<output-dir>/heads-only-failures" in args, args
     twin = certify(work, "TWIN", "--output-dir", str(work / "certs"))
     assert_usage_error(twin, "heads-only.json", "hostile:HEADS", "overwrite")
     assert (work / "certs" / "heads-only.json").read_text("utf-8") == first
+
+
+def test_failed_lines_name_test_files_that_outlive_the_run(work):
+    """Old: FAILED lines named the run's temporary directory (``../mhaspec-run-XXXX/test_heads.py``),
+    gone after the run; and pointing ``--rootdir`` elsewhere put a machine path into the
+    certificate's ``pytest_args``. Both hold now."""
+    proc = certify(work, "SPLITS_WRONG", "--output-dir", "certs")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    failed = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+    assert failed and "mhaspec-run-" not in proc.stdout, proc.stdout[-3000:]
+    for nodeid in failed:
+        path = work / nodeid.split("::")[0]
+        assert path.name.startswith("test_") and path.is_file(), nodeid
+    args = certificate_of(work / "certs", "splits-wrong")["run"]["pytest_args"]
+    assert not [a for a in args if os.path.isabs(a) or "mhaspec-run-" in a], args
+    assert args[-4:] == ["-c", "<tmp>/pytest.ini", "--rootdir", "<suite>"], args
 
 
 def test_only_a_certificate_of_the_same_reference_is_replaced(tmp_path):

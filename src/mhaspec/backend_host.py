@@ -16,6 +16,7 @@ means. Values: see :func:`decode` and :func:`encode`.
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from collections.abc import Mapping
 
@@ -73,7 +74,26 @@ def read_claims(backend) -> dict:
     flags = getattr(backend, "precision_flags", None)
     claims["precision_flags"] = {d: member(f"precision_flags({d!r})", flags, d) if flags else {}
                                  for d in available}
+    claims["device_names"] = {d: member(f"the name of device {d!r}", device_name, backend, d)
+                              for d in available}
     return claims
+
+
+def device_name(backend, device: str) -> str:
+    """A readable name of ``device``, read here, in the backend's process, so that the judging
+    process never imports a framework: the CPU model for ``cpu``, the GPU's name where torch says
+    (a torch backend's ``cuda`` / ``cuda:N``), else the device string itself. Informative only:
+    the device is self-reported (docs/certificates.md)."""
+    if device == "cpu":
+        return platform.processor() or platform.machine() or device
+    if backend.framework == "torch" and device.startswith("cuda"):
+        try:
+            import torch
+
+            return torch.cuda.get_device_name(torch.device(device).index or 0)
+        except Exception:  # noqa: BLE001 - a name is informative only
+            pass
+    return device
 
 
 class Host:

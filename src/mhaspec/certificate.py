@@ -162,8 +162,8 @@ def check_consistency(cert: dict) -> list[str]:
     * the backend did not run inside the judging process (:func:`backend_process`).
     """
     from mhaspec.backends.validation import REJECTION_CLAUSES
-    from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, entry_problem,
-                                              overall_verdict)
+    from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, describe_counts,
+                                              entry_problem, overall_verdict)
 
     version = cert["spec"]["version"]
     known = released_clauses(version)
@@ -216,7 +216,8 @@ def check_consistency(cert: dict) -> list[str]:
             f"consistency: each clause's verdict is supported by its runs, the claimed "
             f"capabilities and the declared deviations; every claimed cell "
             f"({', '.join(sorted(cells)) or 'none'}) ran",
-            f"consistency: the summary ({verdict}; {', '.join(f'{n} {v}' for v, n in counts.items())}) "
+            f"consistency: the summary ({verdict}; "
+            f"{describe_counts(cert['clauses'], {cid for cid, _, t in known if t})}) "
             f"is the one its clauses give"]
 
 
@@ -412,9 +413,11 @@ def condition_values(conditions: list[str]) -> tuple[str, int, str]:
 def to_markdown(cert: dict) -> str:
     """A human-readable rendering of a certificate; every string it takes from the certificate is
     escaped (:func:`md_text`, :func:`md_fenced`), so none can add a heading, a table cell or HTML."""
+    from mhaspec.conformance.tolerance import format_ratio
     from mhaspec.conformance.verdicts import backend_notes, verdict_label
 
     b = cert["backend"]
+    informative = {cid for cid, _, t in released_clauses(cert["spec"]["version"]) or () if not t}
     devices = cert["environment"]["devices"]
     device_names = ", ".join(f"{md_text(d)}: {md_text(v['name'])}" for d, v in devices.items())
     device_dtypes = "; ".join(f"{md_text(d)}: " + ", ".join(v["dtypes"]) for d, v in devices.items())
@@ -443,9 +446,9 @@ def to_markdown(cert: dict) -> str:
         ran_on = ", ".join(md_text(x) for x in c["ran_on"])
         if c.get("not_run_on"):
             ran_on += "; NOT RUN on " + ", ".join(md_text(x) for x in c["not_run_on"])
-        lines.append(f"| {md_text(c['id'])} | {md_text(c['title'])} | {md_text(verdict_label(c))} | "
-                     f"{'not finite' if c['worst_ratio'] is None else format(c['worst_ratio'], '.2f')} | "
-                     f"{c['runs']} | {ran_on} |")
+        ratio = "not finite" if c["worst_ratio"] is None else format_ratio(c["worst_ratio"])
+        lines.append(f"| {md_text(c['id'])} | {md_text(c['title'])} | "
+                     f"{md_text(verdict_label(c, informative))} | {ratio} | {c['runs']} | {ran_on} |")
     notes = backend_notes(cert["clauses"])
     if notes:
         lines += [""] + [f"- {md_text(n)}" for n in notes]

@@ -1,8 +1,8 @@
 """``mhaspec certify``: run the conformance suite on one backend and write its certificate.
 
 The certificate records what RAN, not what was asked for: the exact pytest arguments (the run's
-temporary directory written ``<tmp>``, the failures folder ``<output-dir>/NAME-failures``), the
-selection (``-k``, ``-m``, ``--deselect``, ``--mhaspec-dtypes``) and the items of claimed cells
+temporary directory written ``<tmp>``, the suite's folder ``<suite>``, the failures folder
+``<output-dir>/NAME-failures``), the selection (``-k``, ``-m``, ``--deselect``, ``--mhaspec-dtypes``) and the items of claimed cells
 that did not run, the Hypothesis settings the run used (profile, seed, max_examples, derandomize,
 phases) and the per-call time limit. The verdict comes from
 :func:`mhaspec.conformance.verdicts.overall_verdict`, computed once: a claimed device x dtype cell
@@ -81,32 +81,26 @@ def check_not_another_backends(path: pathlib.Path, ref: str) -> None:
 
 
 def recorded_args(args: list[str], failures: pathlib.Path) -> list[str]:
-    """The pytest arguments as a certificate records them: the run's temporary directory (its
-    ini file and ``--rootdir``) written ``<tmp>``, the failures folder ``<output-dir>/NAME-failures``,
-    so a certificate names no path of the machine that issued it."""
-    tmp = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--rootdir"), None)
+    """The pytest arguments as a certificate records them: the run's temporary directory (that of
+    its ``-c`` ini file) written ``<tmp>``, its ``--rootdir`` (the suite's folder) ``<suite>``, the
+    failures folder ``<output-dir>/NAME-failures``, so a certificate names no path of the machine
+    that issued it."""
+    def value_of(option: str) -> str | None:
+        return next((args[i + 1] for i, a in enumerate(args[:-1]) if a == option), None)
+
+    ini, suite = value_of("-c"), value_of("--rootdir")
+    places = [(str(pathlib.PurePath(ini).parent), "<tmp>")] if ini else []
+    places += [(suite, "<suite>")] if suite else []
     out = []
     for arg in args:
         if arg == str(failures):
             arg = f"<output-dir>/{failures.name}"
-        elif tmp and (arg == tmp or arg.startswith(tmp + "/")):
-            arg = "<tmp>" + arg[len(tmp):]
+        for place, symbol in places:
+            if arg == place or arg.startswith(place + "/"):
+                arg = symbol + arg[len(place):]
+                break
         out.append(arg)
     return out
-
-
-def device_name(backend, device: str) -> str:
-    """A readable name of ``device`` (the CPU model, or the GPU's name where the framework says)."""
-    if device == "cpu":
-        return platform.processor() or platform.machine()
-    try:
-        if backend.framework == "torch":
-            import torch
-
-            return torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - a name is informative only
-        pass
-    return device
 
 
 def _int_or_none(value):
@@ -232,7 +226,7 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
                     **operation_capabilities(backend)},
         "environment": {
             "python": platform.python_version(), "platform": platform.platform(),
-            "devices": {d: {"name": device_name(backend, d), "dtypes": claimed[d],
+            "devices": {d: {"name": backend.device_name(d), "dtypes": claimed[d],
                             "precision_flags": {k: str(v) for k, v in
                                                 backend.precision_flags(d).items()}}
                         for d in claimed},

@@ -30,7 +30,8 @@ class Claims:
     reason; ``precision_flags``: usable device -> flag -> value; ``validated_clauses`` and
     ``library_validates``: an adapter's clauses satisfied by its shared argument validation and
     those it leaves to its library (:mod:`mhaspec.backends.adapters`); ``sub_cases``: the parts of
-    capabilities it supports (:mod:`mhaspec.backends.sub_cases`)."""
+    capabilities it supports (:mod:`mhaspec.backends.sub_cases`); ``device_names``: usable
+    device -> its readable name (:func:`mhaspec.backend_host.device_name`)."""
 
     name: str
     framework: str
@@ -47,6 +48,7 @@ class Claims:
     library_validates: frozenset = frozenset()
     sub_cases: Mapping[str, Mapping[str, tuple[str, ...]]] = field(
         default_factory=lambda: MappingProxyType({}))
+    device_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def _str(what: str, v) -> str:
@@ -129,7 +131,10 @@ def checked(raw: dict) -> Claims:
             for d in dtypes}),
         validated_clauses=_clause_ids("validated_clauses", raw.get("validated_clauses", [])),
         library_validates=_clause_ids("library_validates", raw.get("library_validates", [])),
-        sub_cases=_sub_cases(raw.get("sub_cases", {})))
+        sub_cases=_sub_cases(raw.get("sub_cases", {})),
+        device_names=MappingProxyType({
+            d: _str(f"the name of device {d!r}", raw.get("device_names", {}).get(d))[:200]
+            for d in dtypes}))
 
 
 def _sub_cases(v) -> Mapping:

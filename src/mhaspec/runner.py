@@ -6,8 +6,9 @@ subprocess (:func:`command`, :func:`run_subprocess`, :func:`load_results`), and 
 through ``python -m mhaspec.runner [pytest arguments]`` (:func:`main`).
 
 An in-process run is isolated from its caller: pytest is given an empty ini file in a temporary
-directory (``-c``) and that directory as ``--rootdir``, so ``pytest.ini`` / ``tox.ini`` /
-``setup.cfg`` / ``pyproject.toml`` in the current directory add nothing; ``PYTEST_ADDOPTS`` is
+directory (``-c``), so ``pytest.ini`` / ``tox.ini`` / ``setup.cfg`` / ``pyproject.toml`` in the
+current directory add nothing, and the suite's own folder (the installed ``mhaspec.conformance``)
+as ``--rootdir``, so the FAILED lines name the test files, which outlive the run; ``PYTEST_ADDOPTS`` is
 dropped for the run; the cache provider is off; Hypothesis keeps its files in the temporary
 directory (no ``.hypothesis/`` in the current directory); no ``conftest.py`` is loaded
 (``--noconftest``: the suite ships none, and one in an ancestor directory of the installed package
@@ -151,7 +152,7 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
     with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
         ini = pathlib.Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", "utf-8")
-        full = ["--noconftest", *PLUGINS, *args, "-c", str(ini), "--rootdir", tmp]
+        full = ["--noconftest", *PLUGINS, *args, "-c", str(ini), "--rootdir", str(pathlib.Path(plugin.__file__).parent)]
         hypothesis_home = pathlib.Path(tmp) / "hypothesis"
         errors = io.StringIO()
         with _environment(PYTEST_ADDOPTS=None, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",

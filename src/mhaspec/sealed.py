@@ -115,6 +115,11 @@ class SealedBackend:
     def precision_flags(self, device: str) -> dict:
         return dict(self.claims.precision_flags.get(device, {}))
 
+    def device_name(self, device: str) -> str:
+        """The readable name the backend's process gave ``device`` (the judging process imports
+        no framework to find it)."""
+        return self.claims.device_names.get(device, device)
+
     def _scoped(self, op: str) -> frozenset:
         return self.claims.capabilities_for[op]
 

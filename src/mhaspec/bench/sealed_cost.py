@@ -1,12 +1,14 @@
 """What the sealed path costs: the suite on one backend in-process and in its own process, side by
 side in one run, with the clause verdicts of both (they must be the same).
 
-``python -m mhaspec.bench.sealed_cost BACKEND [--profile ci] [--seed 0] [--rounds 1] [-- PYTEST_ARGS]``
+``python -m mhaspec.bench.sealed_cost BACKEND [--profile ci] [--seed 0] [--rounds 1] [--no-warmup]
+[-- PYTEST_ARGS]``
 
 Each round runs the in-process suite (the backend loaded here) and the sealed one
 (:mod:`mhaspec.sealed`), each with the oracle's cache emptied first, after one sealed warm-up run
-(imports, assertion rewriting). Prints the seconds of each, their ratio and every clause whose
-verdict differs.
+(imports, assertion rewriting; ``--no-warmup`` skips it where only the verdicts matter, e.g. the slow
+JAX and flex backends). Prints the seconds of each, their ratio and every clause whose entry differs:
+its verdict, ``satisfied_by`` or ``stale_on``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from mhaspec import runner, sealed, usage
 
 
 def run_suite(backend, ref: str, *, profile: str, seed: int, extra: list[str]) -> tuple[float, dict]:
-    """Seconds of one run of the suite on ``backend`` and its clause id -> verdict."""
+    """Seconds of one run of the suite on ``backend`` and its clause id -> (verdict, satisfied_by,
+    stale_on)."""
     from mhaspec.conformance import judge, verdicts
     from mhaspec.spec import load as load_spec
 
@@ -30,7 +33,17 @@ def run_suite(backend, ref: str, *, profile: str, seed: int, extra: list[str]) -
     results = [r for r in run.collector.results if r["backend"] == backend.name]
     clauses = verdicts.clause_verdicts(results, load_spec(), run.collector.claimed()[backend.name],
                                        run.collector.not_run())
-    return seconds, {c["id"]: c["verdict"] for c in clauses}
+    return seconds, {c["id"]: (c["verdict"], c.get("satisfied_by"), tuple(c.get("stale_on", ())))
+                     for c in clauses}
+
+
+def tally(entries: dict) -> str:
+    """``"2 informative, 73 pass"``: the clause counts as certify words them."""
+    from mhaspec.conformance import verdicts
+    from mhaspec.spec import load as load_spec
+
+    return verdicts.describe_counts([{"id": c, "verdict": v} for c, (v, _, _) in entries.items()],
+                                    load_spec().testable_ids)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="ci")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false",
+                        help="skip the sealed warm-up run (timings then include imports)")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args(argv)
     inside = usage.load_backend(args.backend)
@@ -48,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         usage.fail(str(exc))
     kw = dict(profile=args.profile, seed=args.seed, extra=args.pytest_args)
     try:
-        run_suite(own, args.backend, **kw)  # warm-up
+        if args.warmup:
+            run_suite(own, args.backend, **kw)
         for i in range(args.rounds):
             t_in, v_in = run_suite(inside, args.backend, **kw)
             t_own, v_own = run_suite(own, args.backend, **kw)
@@ -56,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                       if v_in.get(c) != v_own.get(c)}
             print(f"sealed-cost {args.backend} round {i + 1}: in-process {t_in:.1f} s, sealed "
                   f"{t_own:.1f} s, ratio {t_own / t_in:.2f}; clause verdicts differ: "
-                  f"{differ or 'none'} ({len(v_in)} clauses)", flush=True)
+                  f"{differ or 'none'} ({len(v_in)} clauses; {tally(v_in)})", flush=True)
     finally:
         own.close()
     return 0
