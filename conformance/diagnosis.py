@@ -125,6 +125,12 @@ def _empty_rows(case, fill) -> tuple:
     return np.where(empty[..., None], fill(case.v), out), None
 
 
+def _empty_rows_mean_of_v(case) -> tuple:
+    """The oracle's output with each fully masked row the mean of V (a finite fill's uniform
+    weights)."""
+    return _empty_rows(case, lambda v: v.mean(axis=2, keepdims=True))
+
+
 def _mask_after_softmax(case) -> tuple:
     """softmax over every key, then the masked weights zeroed and each row renormalised (a row
     whose allowed exps all underflow gives 0)."""
@@ -237,8 +243,7 @@ SIGNATURES = {
         lambda c: _weights_only(harness.oracle_result(c, "sdpa", mask=None).weights)),
     "empty-rows-mean": Signature(
         "a fully masked row gives the mean of V, not 0: masked logits are filled with a finite "
-        "number, not -inf (MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
-        lambda c: _empty_rows(c, lambda v: v.mean(axis=2, keepdims=True))),
+        "number, not -inf (MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}), _empty_rows_mean_of_v),
     "empty-rows-nan": Signature(
         "a fully masked row gives NaN, not 0: the softmax of a row of -inf is not guarded "
         "(MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
@@ -345,12 +350,11 @@ SIGNATURES = {
     "empty-rows-mean-with-bias": Signature(
         "a fully masked row gives the mean of V when a bias is present: the masks are merged "
         "into the bias with a finite minimum, not -inf (MASK-9)", "sdpa", EMPTY_ROWS_BIAS,
-        frozenset({"masks", "bias"}),
-        lambda c: _empty_rows(c, lambda v: v.mean(axis=2, keepdims=True))),
+        frozenset({"masks", "bias"}), _empty_rows_mean_of_v),
     "padded-item-mean": Signature(
         "a batch item whose keys are all padded gives the mean of V, not 0: the key padding "
         "mask is added as a finite minimum, not -inf (MASK-9)", "sdpa", PADDED_ITEM,
-        frozenset({"masks"}), lambda c: _empty_rows(c, lambda v: v.mean(axis=2, keepdims=True))),
+        frozenset({"masks"}), _empty_rows_mean_of_v),
     "nan-key-leaks": Signature(
         "a NaN key behind the mask makes every row NaN: the boolean mask is added as -inf "
         "(NaN + -inf = NaN), not applied by selection (MASK-13)", "sdpa", NAN_MASKED_KEY,
