@@ -243,7 +243,8 @@ SIGNATURES = {
         lambda c: _weights_only(harness.oracle_result(c, "sdpa", mask=None).weights)),
     "empty-rows-mean": Signature(
         "a fully masked row gives the mean of V, not 0: masked logits are filled with a finite "
-        "number, not -inf (MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}), _empty_rows_mean_of_v),
+        "number, not -inf (MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
+        _empty_rows_mean_of_v),
     "empty-rows-nan": Signature(
         "a fully masked row gives NaN, not 0: the softmax of a row of -inf is not guarded "
         "(MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
