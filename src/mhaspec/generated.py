@@ -16,8 +16,7 @@ from mhaspec.spec import generated_marker as marker  # noqa: F401 - the generato
 
 #: The command that regenerates each generated page (by file name).
 REGENERATE = {
-    "matrix.md": ("nox -s matrix (or nox -s conformance, then copy results/conformance/matrix.md "
-                  "to docs/generated/matrix.md)"),
+    "matrix.md": "nox -s matrix",
     "soak.md": "nox -s soak, then copy results/soak/summary.md to docs/generated/soak.md",
     "bench.md": "nox -s bench",
     "errors.md": "mhaspec errors-table > docs/generated/errors.md",
