@@ -110,13 +110,25 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+#: Where ``nox -s conformance`` keeps its results and the conformance matrix rendered from them.
+CONFORMANCE_RESULTS = pathlib.Path("results/conformance")
+
+
 @nox.session
 def conformance(session: nox.Session) -> None:
     """The conformance suite (ci profile) on every in-repo backend this machine can run.
 
-    One pytest-xdist worker per core (``-- -n 0`` for one process)."""
+    One pytest-xdist worker per core (``-- -n 0`` for one process). Writes every result to
+    results/conformance/report.json and renders the conformance matrix from it into
+    results/conformance/matrix.md (``mhaspec matrix --report``; CI publishes it as the site's
+    docs/generated/matrix.md)."""
     install(session, *FRAMEWORKS)
-    run_suite(session)
+    CONFORMANCE_RESULTS.mkdir(parents=True, exist_ok=True)
+    report = str(CONFORMANCE_RESULTS / "report.json")
+    run_suite(session, "--mhaspec-report", report)
+    session.run("mhaspec", "matrix", "--report", report, "--out",
+                str(CONFORMANCE_RESULTS / "matrix.md"),
+                "--profile", os.environ.get("MHASPEC_PROFILE", "ci"))
 
 
 @nox.session(default=False)

@@ -23,7 +23,9 @@ overwritten with the spec's:
 * causal: ``is_causal=True`` (top-left, ``tril`` of ones) when it is the only mask and top-left or
   ``L_q == L_k``; otherwise an explicit mask (with another mask, Flax broadcasts its ``(L_q, L_k)``
   triangle to the mask's shape, which fails for a mask with a size-1 query axis);
-* weights: ``sow_weights=True`` and the sown ``attention_weights`` ``(B, h, L_q, L_k)``.
+* weights: ``sow_weights=True`` under ``nnx.capture(module, nnx.Intermediate)``, which returns
+  the sown ``attention_weights`` ``(B, h, L_q, L_k)``; parameters are written as
+  ``variable[...] = array`` (flax 0.12 deprecates ``.value`` and a ``sow`` outside ``capture``).
 
 Observed with flax 0.12.8 on jax 0.10.2 (CPU): masked logits are set to ``finfo(dtype).min``, so a
 fully masked row attends to every key uniformly: output the mean of V and weights ``1/L_k``
@@ -95,14 +97,14 @@ class FlaxMHA(JaxAdapter):
             use_bias=use_bias, decode=False, rngs=nnx.Rngs(0))
         dense = layouts.to_einsum(layouts.with_zero_biases(p) if use_bias else p, num_heads, g)
         for layer, (kernel, bias) in zip((mod.query, mod.key, mod.value, mod.out), dense):
-            layer.kernel.value = kernel.astype(dt)
+            layer.kernel[...] = kernel.astype(dt)
             if use_bias:
-                layer.bias.value = bias.astype(dt)
+                layer.bias[...] = bias.astype(dt)
         return mod
 
     def mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
             num_kv_heads: int | None = None):
-        jnp = _jnp()
+        nnx, jnp = _nnx(), _jnp()
         if masks.bias is not None or masks.legacy_mask is not None:
             self.unsupported("an additive 'bias' or 'legacy_mask' (the module passes none to its "
                               "attention function)")
@@ -119,9 +121,9 @@ class FlaxMHA(JaxAdapter):
         mask = None if allowed is None else jnp.broadcast_to(allowed, (b, num_heads, len_q, len_k))
         mod = self.module(p, num_heads, num_heads if num_kv_heads is None else num_kv_heads,
                            query)
-        out = mod(query, key, value, mask=mask, is_causal=is_causal, deterministic=True,
-                  sow_weights=True)
-        (weights,) = mod.attention_weights.value
+        out, sown = nnx.capture(mod, nnx.Intermediate)(
+            query, key, value, mask=mask, is_causal=is_causal, deterministic=True, sow_weights=True)
+        (weights,) = sown["attention_weights"].get_value()
         return out, weights
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from mhaspec.spec import oracle
 
-from . import harness
+from . import features, harness
 from .strategies import CaseSpec
 
 #: SDPA: d_v != d_k and L_q != L_k, logits large enough that the scale matters
@@ -33,6 +33,19 @@ EMPTY_ROWS = MASKED._replace(fully_masked_rows=True)
 PADDED = SDPA._replace(len_k=3, key_padding=True)
 BIAS = SDPA._replace(bias_shape=(2, 2, 3, 5))
 LEGACY = SDPA._replace(legacy_shape=(2, 2, 3, 5))
+#: logits ~2e9 over 8 keys: some legacy-blocked key lies 1e9 above the others, so it keeps weight
+#: under the offset -1e9 and not under -2e9
+LEGACY_LARGE = SDPA._replace(len_q=8, len_k=8, legacy_shape=(2, 2, 8, 8), logit_scale=2e9)
+#: logits ~1e5: allowed keys far below a masked one (its exp underflows; -1e4 fills it)
+MASKED_LARGE = MASKED._replace(logit_scale=1e5)
+EMPTY_ROWS_BIAS = EMPTY_ROWS._replace(bias_shape=(2, 2, 3, 5))
+#: one batch item with every key padded
+PADDED_ITEM = SDPA._replace(key_padding=True, fully_masked_rows=True)
+NAN_MASKED_KEY = MASKED._replace(extreme="masked-key:nan")
+ONE_QUERY = SDPA._replace(len_q=1, causal="top_left")
+SOFTCAP = MASKED._replace(softcap=2.0)
+CACHE = SDPA._replace(past_len=4, causal="bottom_right")
+WITH_LSE = MASKED._replace(lse=True)
 CAUSAL = SDPA._replace(causal="bottom_right")
 LARGE = SDPA._replace(logit_scale=1000.0)
 #: d_k = 8: the default scale 1/sqrt(8) is not a float32 number, so its rounding shows
@@ -52,7 +65,8 @@ SHARED_KV = MHA._replace(extreme="shared:key=value")
 class Signature(NamedTuple):
     """One known mistake: ``says`` (one line: what the backend does, ending with its clauses),
     the operation and case it shows on, the capabilities the case needs, and ``expect(case)``:
-    the (output, weights) the mistake gives on the case's arrays (None where it says nothing)."""
+    the (output, weights) or (output, weights, lse) the mistake gives on the case's arrays (None
+    where it says nothing)."""
 
     says: str
     op: str
@@ -97,11 +111,61 @@ def _zero_tiny_rows(case) -> tuple:
     return np.where(tiny, 0.0, out), None
 
 
+def _allowed(case) -> np.ndarray:
+    """(B, h, L_q, L_k): the pairs the case's boolean masks allow."""
+    b, h, len_q, _ = case.q.shape
+    return oracle.allowed_mask(b, h, len_q, case.k.shape[2], mask=case.mask,
+                               key_padding_mask=case.key_padding_mask, causal=case.spec.causal)
+
+
 def _empty_rows(case, fill) -> tuple:
     """The oracle's output with each fully masked row replaced by ``fill(v)`` (B, h, 1, d_v)."""
-    out = harness.oracle_result(case, "sdpa").out.copy()
-    empty = ~np.broadcast_to(case.mask, out.shape[:-1] + (case.k.shape[2],)).any(-1)
+    out = harness.oracle_result(case, "sdpa").out
+    empty = ~_allowed(case).any(-1)
     return np.where(empty[..., None], fill(case.v), out), None
+
+
+def _empty_rows_mean_of_v(case) -> tuple:
+    """The oracle's output with each fully masked row the mean of V (a finite fill's uniform
+    weights)."""
+    return _empty_rows(case, lambda v: v.mean(axis=2, keepdims=True))
+
+
+def _mask_after_softmax(case) -> tuple:
+    """softmax over every key, then the masked weights zeroed and each row renormalised (a row
+    whose allowed exps all underflow gives 0)."""
+    _, w = _textbook(case._replace(mask=None))
+    w = np.where(_allowed(case), w, 0.0)
+    total = w.sum(axis=-1, keepdims=True)
+    w = w / np.where(total != 0, total, 1.0)
+    return w @ case.v, w
+
+
+def _capped_after_mask(case) -> tuple:
+    """c tanh(S / c) taken after the masks: a masked -inf becomes the finite -c."""
+    c = case.spec.softcap
+    logits = case.q @ np.swapaxes(case.k, -1, -2) / np.sqrt(case.q.shape[-1])
+    logits = c * np.tanh(np.where(_allowed(case), logits, -np.inf) / c)
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    w = e / e.sum(axis=-1, keepdims=True)
+    return w @ case.v, w
+
+
+def _nan_keys_leak(case) -> tuple:
+    """The oracle's output with every row of a (batch item, head) whose keys hold a NaN as NaN."""
+    out = harness.oracle_result(case, "sdpa").out
+    poisoned = np.isnan(case.k).any(axis=(-2, -1))[:, :, None, None]
+    return np.where(poisoned, np.nan, out), None
+
+
+def _cache_at_position_zero(case) -> tuple:
+    """The oracle on the present cache (past then new keys) with query i at position i, not
+    L_past + i: causal top-left over L_past + L_k keys."""
+    f = case.features
+    present = case._replace(k=np.concatenate([f.past_key, case.k], axis=2),
+                            v=np.concatenate([f.past_value, case.v], axis=2),
+                            features=features.FeatureArrays())
+    return _oracle(present, "sdpa", causal="top_left")
 
 
 def _strict_causal(case) -> tuple:
@@ -180,7 +244,7 @@ SIGNATURES = {
     "empty-rows-mean": Signature(
         "a fully masked row gives the mean of V, not 0: masked logits are filled with a finite "
         "number, not -inf (MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
-        lambda c: _empty_rows(c, lambda v: v.mean(axis=2, keepdims=True))),
+        _empty_rows_mean_of_v),
     "empty-rows-nan": Signature(
         "a fully masked row gives NaN, not 0: the softmax of a row of -inf is not guarded "
         "(MASK-9)", "sdpa", EMPTY_ROWS, frozenset({"masks"}),
@@ -216,7 +280,7 @@ SIGNATURES = {
         "sdpa", LEGACY, frozenset({"legacy_mask"}), lambda c: _oracle(c, "sdpa", legacy_mask=None)),
     "legacy-offset": Signature(
         "agrees with a legacy offset of -2e9: the source's form is mask * -1e9 exactly (MASK-3)",
-        "sdpa", LEGACY, frozenset({"legacy_mask"}),
+        "sdpa", LEGACY_LARGE, frozenset({"legacy_mask"}),
         lambda c: _oracle(c, "sdpa", legacy_mask=2.0 * c.legacy_mask)),
     "window-left": Signature(
         "agrees with the oracle at window (left + 1, right): one key too many on the left "
@@ -276,6 +340,42 @@ SIGNATURES = {
         lambda c: _weights_only(np.broadcast_to(
             harness.oracle_result(c, "mha").weights.mean(axis=1, keepdims=True),
             harness.oracle_result(c, "mha").weights.shape))),
+    "mask-after-softmax": Signature(
+        "agrees with the softmax over every key, then masked weights zeroed and rows "
+        "renormalised: rows whose allowed keys underflow give 0 (MASK-8, NUM-4)", "sdpa",
+        MASKED_LARGE, frozenset({"masks"}), _mask_after_softmax),
+    "mask-fill-finite": Signature(
+        "agrees with masked logits set to -1e4, not -inf: masked keys take the weight when the "
+        "allowed logits are below -1e4 (MASK-1)", "sdpa", MASKED_LARGE, frozenset({"masks"}),
+        lambda c: _textbook(c, fill=-1e4)),
+    "empty-rows-mean-with-bias": Signature(
+        "a fully masked row gives the mean of V when a bias is present: the masks are merged "
+        "into the bias with a finite minimum, not -inf (MASK-9)", "sdpa", EMPTY_ROWS_BIAS,
+        frozenset({"masks", "bias"}), _empty_rows_mean_of_v),
+    "padded-item-mean": Signature(
+        "a batch item whose keys are all padded gives the mean of V, not 0: the key padding "
+        "mask is added as a finite minimum, not -inf (MASK-9)", "sdpa", PADDED_ITEM,
+        frozenset({"masks"}), _empty_rows_mean_of_v),
+    "nan-key-leaks": Signature(
+        "a NaN key behind the mask makes every row NaN: the boolean mask is added as -inf "
+        "(NaN + -inf = NaN), not applied by selection (MASK-13)", "sdpa", NAN_MASKED_KEY,
+        frozenset({"masks"}), _nan_keys_leak),
+    "causal-one-query": Signature(
+        "agrees with no causal mask when L_q = 1: the causal mask is skipped for a single "
+        "query, whose top-left row allows key 0 only (MASK-6)", "sdpa", ONE_QUERY,
+        frozenset({"causal"}), lambda c: _oracle(c, "sdpa", causal=None)),
+    "softcap-after-mask": Signature(
+        "agrees with the soft-cap taken after the masks: a masked -inf becomes -softcap and "
+        "leaks weight (SOFTCAP-1)", "sdpa", SOFTCAP, frozenset({"masks", "softcap"}),
+        _capped_after_mask),
+    "cache-offset-zero": Signature(
+        "agrees with query i at position i, not L_past + i: the causal diagonal ignores the "
+        "cached keys (CACHE-2)", "sdpa", CACHE, frozenset({"kv_cache", "causal"}),
+        _cache_at_position_zero),
+    "lse-unmasked": Signature(
+        "returns the log-sum-exp over every key of the row: the masks reach the output but not "
+        "the lse (LSE-1)", "sdpa", WITH_LSE, frozenset({"masks", "lse"}),
+        lambda c: (None, None, harness.oracle_result(c, "sdpa", mask=None).lse)),
 }
 
 
@@ -303,9 +403,9 @@ def _matches(impl: harness.Impl, signature: Signature) -> bool | None:
         got = harness.run(impl, signature.op, case)
     except Exception:  # noqa: BLE001 - a call that raises shows nothing here
         return None
-    want_out, want_weights = signature.expect(case)
+    want = signature.expect(case)
     ref = harness.oracle_result(case, signature.op)
-    parts = [(got.out, want_out, ref.out), (got.weights, want_weights, ref.weights)]
+    parts = zip((got.out, got.weights, got.lse), want, (ref.out, ref.weights, ref.lse))
     parts = [(g, w, r) for g, w, r in parts if w is not None]
     if not parts or any(g is None for g, _, _ in parts):
         return None
@@ -328,7 +428,9 @@ def diagnose(backend) -> str | None:
     """One line naming ``backend``'s likely mistake, or None when no signature matches.
 
     Checked in this order: float64 offered (NUM-1, unless declared); a call on the plainest valid
-    case that raises; then :data:`SIGNATURES` in order, on the cases the backend's claims allow."""
+    case that raises; then :data:`SIGNATURES` in order, on the cases the backend's claims allow;
+    no keys (SHAPE-4); a mask against its -inf bias (:func:`mask_vs_bias`); the precision. A
+    clause whose deviation the cell declares is never named."""
     impl = probe_cell(backend)
     if impl is None:
         return "offers neither float64 nor float32 on any available device (NUM-1)"
@@ -345,17 +447,60 @@ def diagnose(backend) -> str | None:
     op = "sdpa" if "sdpa" in backend.capabilities else "mha"
     for signature in SIGNATURES.values():
         claims = harness.op_capabilities(backend, signature.op)
-        declared = set(clauses_of(signature)) <= set(backend.deviations)
+        declared = set(clauses_of(signature)) <= declared_in(impl, signature.op)
         if (signature.op in backend.capabilities and signature.needs - {signature.op} <= claims
                 and not declared and _matches(impl, signature)):
             return signature.says
-    if op == "sdpa":
+    if op == "sdpa" and "SHAPE-4" not in declared_in(impl, "sdpa"):
         try:
             harness.run(impl, "sdpa", impl.case(NO_KEYS, "sdpa"))
         except Exception as exc:  # noqa: BLE001 - the diagnosis is the exception
             return (f"raises {type(exc).__name__} when there are no keys (L_k = 0), where the "
                     f"spec gives zeros (SHAPE-4)")
+    if op == "sdpa" and "MASK-11" not in declared_in(impl, "sdpa"):
+        found = mask_vs_bias(impl)
+        if found:
+            return found
     return precision(impl, op)
+
+
+def declared_in(impl: harness.Impl, op: str) -> set[str]:
+    """The clauses whose deviation ``impl``'s cell declares for ``op``: none of them is named."""
+    return set(harness.op_deviations(
+        harness.cell_deviations(impl.backend, impl.device, impl.dtype), op))
+
+
+def mask_vs_bias(impl: harness.Impl) -> str | None:
+    """MASK-11 as two calls of the backend: ``mask=M`` and ``bias=where(M, 0, -inf)`` on a case
+    with fully masked rows must agree. One line saying what each form gives on those rows (None
+    when they agree, or the backend does not claim both for SDPA)."""
+    if {"masks", "bias"} - harness.op_capabilities(impl.backend, "sdpa"):
+        return None
+    case = impl.case(EMPTY_ROWS, "sdpa")
+    try:
+        as_mask = harness.run(impl, "sdpa", case).out
+        as_bias = harness.run(impl, "sdpa", case, mask=None,
+                              bias=np.where(case.mask, 0.0, -np.inf)).out
+    except Exception:  # noqa: BLE001 - a call that raises shows nothing here
+        return None
+    if agrees(as_mask, as_bias, impl.dtype):
+        return None
+    empty = ~_allowed(case).any(-1)
+    mean = np.broadcast_to(case.v.mean(axis=2, keepdims=True), as_mask.shape)[empty]
+
+    def rows(out) -> str:
+        got = out[empty]
+        for name, want in (("0", np.zeros_like(got)), ("NaN", np.full_like(got, np.nan)),
+                           ("the mean of V", mean)):
+            if agrees(got, want, impl.dtype):
+                return name
+        return "other values"
+
+    said_mask, said_bias = rows(as_mask), rows(as_bias)
+    if said_mask == said_bias:
+        return "a boolean mask and its -inf bias give different outputs (MASK-11)"
+    return (f"a fully masked row gives {said_mask} under a boolean mask but {said_bias} under "
+            f"the same mask as a -inf bias: the two forms must agree (MASK-11)")
 
 
 def clauses_of(signature: Signature) -> list[str]:

@@ -58,3 +58,19 @@ def test_generated_pages_are_included_only_through_the_version_check():
         text = page.read_text(encoding="utf-8")
         linked = re.findall(r"\]\((?:\.\./)*generated/[^)]*\.md\)", text)
         assert not linked, f"{page}: links a generated page directly: {linked}"
+
+
+def test_the_matrix_names_the_registered_backends_a_run_left_out():
+    from mhaspec import matrix
+    from mhaspec.backends import load_backend
+
+    backend = load_backend("numpy-batched")
+    results = [{"backend": "numpy-batched", "device": "cpu", "dtype": "float64",
+                "clauses": ["SDPA-1"], "outcome": "pass", "test": "t", "nodeid": "t", "ratios": {},
+                "duration": 0.5}]
+    page = matrix.render(results, {backend.name: backend}, None, "ci",
+                         left_out=["jax-jit", "torch-flex"])
+    assert page.split("\n")[0] == generated.marker(SPEC_VERSION)
+    assert ("**Not in this run**: 2 registered backends (not chosen with `--backend`, or their "
+            "framework not installed where it ran): `jax-jit`, `torch-flex`.") in page
+    assert "Not in this run" not in matrix.render(results, {backend.name: backend}, None, "ci")

@@ -74,3 +74,23 @@ def test_merge_adds_counts_and_keeps_every_failure():
     text = soak.markdown(merged)
     assert "**105 Hypothesis examples, 110 backend calls, 1 failures**" in text
     assert "stopped below" not in text
+
+
+def test_the_table_says_which_chapters_of_the_spec_ran_in_each_cell():
+    chapters = soak.testable_chapters()
+    assert {"SHAPE", "MASK", "GQA", "LSE"} <= set(chapters)  # 1.1's chapters and 1.2's
+    summary = {"elapsed_s": 1.0, "rounds": [], "profile": "certify", "failures": [],
+               "target_examples": 1, "spec_version": "1.2", "chapters": chapters,
+               "by_backend_dtype": {}, "command": ["mhaspec", "soak"], "backends": ["b"]}
+    results = [{"backend": "b", "dtype": "float64", "device": "cpu", "outcome": outcome,
+                "clauses": [clause], "examples": 5, "calls": 5}
+               for clause, outcome in (("MASK-9", "pass"), ("LSE-1", "not-implemented"),
+                                       ("SHAPE-1", "deviation"))]
+    soak._accumulate(summary, {"interrupted": True, "results": results, "seed": 1,
+                               "returncode": 0}, 1, "b")
+    assert summary["by_backend_dtype"]["b/float64"]["chapters"] == ["MASK", "SHAPE"]
+    row = [line for line in soak.markdown(summary).split("\n") if line.startswith("| b |")][0]
+    missing = [ch for ch in chapters if ch not in ("MASK", "SHAPE")]
+    assert row.endswith(f"| 2 of {len(chapters)} (not {', '.join(missing)}) |"), row
+    merged = soak.merge([summary, summary])
+    assert merged["by_backend_dtype"]["b/float64"]["chapters"] == ["MASK", "SHAPE"]

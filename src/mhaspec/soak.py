@@ -19,7 +19,7 @@ Hypothesis examples (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 2000
 reached it leaves the later rounds, and a round still running when the budget ends is interrupted
 (SIGINT), keeping the results it has so far. After every round ``results/soak/summary.json`` is
 rewritten: per backend x dtype the Hypothesis examples run and the backend calls made (the
-report's ``examples`` and ``calls`` per result), tests run and
+report's ``examples`` and ``calls`` per result), tests run, the spec chapters whose tests ran and
 failures, and every failure with its seed and message (which carries the reproducer). Exit status
 1 when anything failed.
 """
@@ -41,8 +41,23 @@ from mhaspec import generated, runner, usage
 from mhaspec.backends import registered_backends
 from mhaspec.conformance import verdicts
 from mhaspec.spec import SPEC_VERSION
+from mhaspec.spec import load as load_spec
 
 BAD = verdicts.BAD
+#: outcomes of a test that ran (the others: capability not claimed, device unavailable)
+RAN = ("pass", "deviation", *verdicts.BAD)
+
+
+def testable_chapters() -> list[str]:
+    """The chapters of the running spec that have a testable clause, in spec order."""
+    spec = load_spec()
+    return [ch.id for ch in spec.chapters
+            if any(c.chapter == ch.id and c.testable for c in spec.clauses)]
+
+
+def chapter_of(clause: str) -> str:
+    """``"MASK-9"`` -> ``"MASK"`` (a clause id is its chapter id, a dash and a number)."""
+    return clause.rsplit("-", 1)[0]
 
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -155,6 +170,9 @@ def _accumulate(summary: dict, rnd: dict, index: int, backend: str) -> None:
         cell["examples"] += int(r.get("examples", 0))
         cell["calls"] += int(r.get("calls", 0))
         cell["tests"] += r["outcome"] != "unavailable"
+        if r["outcome"] in RAN:
+            cell["chapters"] = sorted({*cell.get("chapters", ()),
+                                       *(chapter_of(c) for c in r["clauses"])})
         if r["outcome"] in BAD:
             cell["failures"] += 1
             summary["failures"].append({
@@ -205,10 +223,18 @@ def markdown(summary: dict) -> str:
              f"{summary.get('shapes', 'free')}, target {target:,} examples per "
              f"backend x dtype): **{examples:,} Hypothesis examples, {total:,} backend calls, "
              f"{len(summary['failures'])} failures**.",
-             "", "| backend | dtype | Hypothesis examples | backend calls | tests run | failures |",
-             "|---|---|---:|---:|---:|---:|"]
+             ""]
+    chapters = summary.get("chapters")
+    if chapters:
+        lines += [f"Chapters of spec {version} with a testable clause: {len(chapters)} "
+                  f"({', '.join(chapters)}). *Chapters run*: those with a test that ran in the "
+                  f"cell (a chapter whose capability the backend does not claim runs none).", ""]
+    lines += ["| backend | dtype | Hypothesis examples | backend calls | tests run | failures |"
+              + (" chapters run |" if chapters else ""),
+              "|---|---|---:|---:|---:|---:|" + ("---|" if chapters else "")]
     lines += [f"| {c['backend']} | {c['dtype']} | {c.get('examples', 0):,} | {c['calls']:,} | "
               f"{c['tests']:,} | {c['failures']} |"
+              + (f" {_chapters_run(c.get('chapters', []), chapters)} |" if chapters else "")
               for c in cells]
     short = [c for c in cells if c.get("examples", 0) < target]
     if short:
@@ -224,6 +250,13 @@ def markdown(summary: dict) -> str:
         lines += ["", "Rounds that ended without a report (crashes):", ""]
         lines += [f"- {e}" for e in summary["errors"]]
     return "\n".join(lines) + "\n"
+
+
+def _chapters_run(ran: list[str], chapters: list[str]) -> str:
+    """``"17 of 17"``, or with the chapters that did not run: ``"15 of 17 (not SOFTCAP, LSE)"``."""
+    missing = [ch for ch in chapters if ch not in ran]
+    said = f"{len(chapters) - len(missing)} of {len(chapters)}"
+    return f"{said} (not {', '.join(missing)})" if missing else said
 
 
 def merge(summaries: list[dict]) -> dict:
@@ -243,6 +276,8 @@ def merge(summaries: list[dict]) -> dict:
                 key, {**c, "examples": 0, "calls": 0, "tests": 0, "failures": 0})
             for field in ("examples", "calls", "tests", "failures"):
                 cell[field] += c.get(field, 0)
+            if "chapters" in c:
+                cell["chapters"] = sorted({*cell.get("chapters", ()), *c["chapters"]})
     return out
 
 
@@ -321,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                    "jobs": args.jobs, "rounds": [],
                    "by_backend_dtype": {}, "failures": [],
                    "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "spec_version": SPEC_VERSION}
+                   "spec_version": SPEC_VERSION, "chapters": testable_chapters()}
     index = max((r["round"] for r in summary["rounds"]), default=0)
     remaining = [b for b in (list(args.backend) or sorted(registered_backends()))
                  if b not in summary.get("unavailable", []) and _examples(summary, b) < args.examples]
