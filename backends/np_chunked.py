@@ -269,7 +269,7 @@ class ChunkedNumpyBackend(NumpyBackend):
     :class:`~mhaspec.backends.positions.Positions`.
     """
 
-    capabilities = CAPABILITIES - {"weights", "grad"}
+    capabilities = CAPABILITIES - {"weights", "grad", "attention_vjp", "bias_grad", "sink"}
 
     def __init__(self, block_q: int | None = None, block_k: int | None = None):
         super().__init__(Algorithm.BATCHED, name="numpy-chunked")
