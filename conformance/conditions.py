@@ -111,6 +111,18 @@ SPACES: dict[str, Space] = {
     "CACHE-2": Space(("op", "lengths", "past"), {"past_len": 3, "causal": "bottom_right"}),
 }
 
+# -- spec 1.3 (training and sinks): the condition spaces of GRAD-7 and SINK-2 -----------------
+# GRAD-7: the exact zeros arise where a query row or a key loses every partner, in each of the
+# ways MASK-9 names (the zeros of dk/dv follow from the same emptied rows and columns), with and
+# without a finite bias, in each ordering of the lengths that lets it happen. SINK-2: a sink makes
+# those same rows non-empty in the denominator (lse = the sink), so its space is MASK-9's too.
+# Both tests run scaled dot-product attention only (the operation has no ``op`` parameter).
+SPACES.update({
+    "GRAD-7": Space(("empty_by", "bias", "lengths"), {}, _empties_a_row),
+    "SINK-2": Space(("empty_by", "lengths"), {}, _empties_a_row),
+})
+# -- end of spec 1.3's spaces ----------------------------------------------------------------
+
 
 def _rows(space: Space, dims: tuple[str, ...]) -> list[dict[str, str]]:
     """Every possible full row over ``dims`` (product of values, filtered)."""
