@@ -19,7 +19,7 @@ import numpy as np
 
 from mhaspec.spec import oracle, oracle_vjp
 
-from . import harness, tolerance
+from . import conditions, harness, tolerance
 
 #: oracle_vjp.AttentionVJP field -> the key of a backend's result
 NAMES = {"dq": "q", "dk": "k", "dv": "v", "d_sinks": "sinks", "d_bias": "bias",
@@ -51,7 +51,11 @@ def kwargs_of(case) -> dict:
 
 def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
         sinks: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The backend's ``attention_vjp`` on ``case`` with its cotangents, as NumPy."""
+    """The backend's ``attention_vjp`` on ``case`` with its cotangents, as NumPy (the case is
+    noted on the running test as :func:`harness.run` notes it: what ran, per clause)."""
+    item = harness.current_item.get()
+    if item is not None:
+        conditions.note(item, "sdpa", case.spec)
     d_out, dl = cotangents(case, d_lse)
     kw = {n: impl.arr(x) if isinstance(x, np.ndarray) else x for n, x in kwargs_of(case).items()}
     if sinks is not None:
