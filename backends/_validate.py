@@ -25,7 +25,7 @@ CAUSAL_VALUES = (None, "top_left", "bottom_right")
 #: backend that runs this validation before calling a library satisfies them whatever the library
 #: does with invalid input (an adapter: its certificate says so, ``validated_clauses``).
 REJECTION_CLAUSES = frozenset({*(f"ERR-{i}" for i in range(1, 11)), "GQA-2", "SOFTCAP-2", "WIN-2",
-                               "ALIBI-3", "SEG-5", "CACHE-4"})
+                               "ALIBI-3", "SEG-5", "CACHE-4", "SINK-4"})
 
 
 class Arg(NamedTuple):
