@@ -40,11 +40,15 @@ CAPABILITIES = frozenset({
     "segments",     # q_segment_ids / kv_segment_ids, query_seq_lengths / key_value_seq_lengths (SEG)
     "kv_cache",     # past_key / past_value / past_lengths -> the present cache (CACHE)
     "lse",          # lse=True: the per-row log-sum-exp (LSE)
+    # spec 1.3 (training): scaled dot-product attention's backward pass, and attention sinks
+    "attention_vjp",  # attention_vjp: gradients of scaled dot-product attention (GRAD-3..8)
+    "bias_grad",      # attention_vjp(bias_grad=True): the gradient of the bias too (GRAD-9)
+    "sink",           # sinks (h,): one logit per head in every row's denominator (SINK)
 })
 
 #: Capabilities a backend claims only by naming them: ``Backend.capabilities`` omits them.
 OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad", "softcap", "window", "alibi", "segments",
-                                   "kv_cache", "lse"})
+                                   "kv_cache", "lse", "attention_vjp", "bias_grad", "sink"})
 
 #: The spec 1.2 keyword arguments of both attention operations, by the capability that governs
 #: them. The suite passes an argument only to a backend that claims its capability, and only with
@@ -56,6 +60,7 @@ FEATURE_ARGUMENTS = {
     "segments": ("q_segment_ids", "kv_segment_ids", "query_seq_lengths", "key_value_seq_lengths"),
     "kv_cache": ("past_key", "past_value", "past_lengths"),
     "lse": ("lse",),
+    "sink": ("sinks",),  # spec 1.3; scaled_dot_product_attention only (SINK-1)
 }
 
 ALL_DTYPES = ("float64", "float32", "float16", "bfloat16")
@@ -218,6 +223,21 @@ class Backend:
         Input is validated as for :meth:`multi_head_attention`. Backends that do not claim "grad"
         need not override it."""
         raise NotImplementedError(f"{self.name}: mha_vjp (capability 'grad') is not implemented")
+
+    def attention_vjp(self, q, k, v, d_output, *, d_lse=None, bias_grad: bool = False,
+                      **kwargs) -> dict:
+        """Gradients of ``sum(output * d_output) + sum(lse * d_lse)`` of
+        :meth:`scaled_dot_product_attention` (capability "attention_vjp", GRAD-3 to GRAD-9, SINK-3).
+
+        q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), d_output (B, h, L_q, d_v),
+        d_lse (B, h, L_q) or None (capability "lse"); ``kwargs`` those of
+        :meth:`scaled_dot_product_attention` (constants, but for ``bias`` with ``bias_grad=True``,
+        capability "bias_grad"). Returns a dict of backend arrays: ``"q"``, ``"k"``, ``"v"`` (k and
+        v with g heads: sums over each group, GRAD-4), ``"sinks"`` (h,) with ``sinks``,
+        ``"past_key"`` / ``"past_value"`` with a KV cache (GRAD-6) and ``"bias"`` (its own shape)
+        with ``bias_grad=True``."""
+        raise NotImplementedError(f"{self.name}: attention_vjp (capability 'attention_vjp') is not "
+                                  f"implemented")
 
     def __repr__(self) -> str:
         return f"<mhaspec backend {self.name}>"

@@ -28,7 +28,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _features, _validate
+from . import _features, _validate, sink_key
 from ._base import CAPABILITIES, AttentionOutputs, Backend, MHAParams
 from ._validate import Arg, Features, KVGeometry
 
@@ -237,7 +237,15 @@ class ArrayBackend(Backend):
 
     def scaled_dot_product_attention(self, q, k, v, *, mask=None, bias=None, legacy_mask=None,
                                      key_padding_mask=None, causal=None, scale=None, **features):
-        op = "scaled_dot_product_attention"
+        masks, feats, _ = self._sdpa_call("scaled_dot_product_attention", q, k, v, mask, bias,
+                                          legacy_mask, key_padding_mask, causal, scale, features)
+        if not feats.in_use:
+            return self._sdpa(q, k, v, masks)
+        return self._sdpa_features(q, k, v, masks, feats)
+
+    def _sdpa_call(self, op, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale,
+                   features) -> tuple[MaskArgs, Features, _validate.Dims]:
+        """Validate an attention call (``scaled_dot_product_attention`` and ``attention_vjp``)."""
         qa, ka, va = self._arg(op, "q", q), self._arg(op, "k", k), self._arg(op, "v", v)
         dims = self._sdpa_dims(qa, ka, va)
         kv = KVGeometry(dims.batch, ka.shape[1], dims.d_k, dims.d_v, f"k with shape {ka.shape}",
@@ -247,9 +255,28 @@ class ArrayBackend(Backend):
                               **self._mask_args(op, mask, bias, legacy_mask, key_padding_mask))
         masks = MaskArgs(mask, bias, legacy_mask, key_padding_mask, causal,
                          self._scale(op, scale, dims.d_k))
-        if not feats.in_use:
-            return self._sdpa(q, k, v, masks)
-        return self._sdpa_features(q, k, v, masks, feats)
+        return masks, feats, dims
+
+    # -- spec 1.3: the backward pass of attention (GRAD-3..9); the math lives in np_vjp /
+    #    autodiff_vjp, this is the glue ---------------------------------------------------------
+    def attention_vjp(self, q, k, v, d_output, *, d_lse=None, bias_grad: bool = False,
+                      mask=None, bias=None, legacy_mask=None, key_padding_mask=None, causal=None,
+                      scale=None, **features):
+        op = "scaled_dot_product_attention"
+        masks, feats, dims = self._sdpa_call(op, q, k, v, mask, bias, legacy_mask,
+                                             key_padding_mask, causal, scale, features)
+        _validate.check_cotangents(op, dims, self._arg(op, "d_output", d_output),
+                                   self._arg(op, "d_lse", d_lse), self._shape(q)[1],
+                                   bias_grad=bias_grad, bias=bias, backend=self)
+        return self._attention_vjp(q, k, v, d_output, d_lse, masks, feats, bool(bias_grad))
+
+    def _attention_vjp(self, q, k, v, d_output, d_lse, masks: MaskArgs, feats: Features,
+                       bias_grad: bool) -> dict:
+        """The gradients of a validated call: the framework's autodiff (:meth:`_vjp`) through
+        :meth:`_sdpa_features` (NumPy backends override it with a hand-written backward)."""
+        from . import autodiff_vjp
+
+        return autodiff_vjp.attention_vjp(self, q, k, v, d_output, d_lse, masks, feats, bias_grad)
 
     def multi_head_attention(self, query, key, value, params: MHAParams, *, num_heads: int,
                              mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
@@ -355,7 +382,11 @@ class ArrayBackend(Backend):
             k = self._present(cache.past_key, k, cache.index)
             v = self._present(cache.past_value, v, cache.index)
             present = (k, v)
+        if feats.sinks is not None:  # SINK-1: the sink as one more key (spec 1.3, sink_key)
+            k, v, masks = sink_key.with_sink_key(self, q, k, v, masks, feats.sinks)
         out, weights, lse = self._sdpa_ext(q, k, v, masks, feats.lse)
+        if feats.sinks is not None:
+            weights = sink_key.without_sink_column(weights)
         return self._outputs(feats, AttentionOutputs(out, weights, lse, *present), len_k, q)
 
     def _mha_features(self, query, key, value, call: "MHACall"):

@@ -25,7 +25,7 @@ CAUSAL_VALUES = (None, "top_left", "bottom_right")
 #: backend that runs this validation before calling a library satisfies them whatever the library
 #: does with invalid input (an adapter: its certificate says so, ``validated_clauses``).
 REJECTION_CLAUSES = frozenset({*(f"ERR-{i}" for i in range(1, 11)), "GQA-2", "SOFTCAP-2", "WIN-2",
-                               "ALIBI-3", "SEG-5", "CACHE-4"})
+                               "ALIBI-3", "SEG-5", "CACHE-4", "SINK-4"})
 
 
 class Arg(NamedTuple):
@@ -330,7 +330,7 @@ def _grouped_head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int
 FEATURE_DEFAULTS = {"softcap": None, "window": None, "alignment": None, "alibi_slopes": None,
                     "q_segment_ids": None, "kv_segment_ids": None, "query_seq_lengths": None,
                     "key_value_seq_lengths": None, "past_key": None, "past_value": None,
-                    "past_lengths": None, "lse": False}
+                    "past_lengths": None, "sinks": None, "lse": False}
 
 
 class Features(NamedTuple):
@@ -343,6 +343,7 @@ class Features(NamedTuple):
     when there are none: then query i sits at i (+ L_k - L_q bottom-right) and key j at j);
     past_key (B, g, L_past, d_k) and past_value (B, g, L_past, d_v): the backend's arrays, or None;
     past_lengths: int64 NumPy (B,) valid cache entries (L_past each when not given), or None;
+    sinks: float64 NumPy (h,) sink logits (SINK-1, spec 1.3), or None;
     lse: whether the per-row log-sum-exp is asked for.
     """
 
@@ -354,6 +355,7 @@ class Features(NamedTuple):
     past_key: Any = None
     past_value: Any = None
     past_lengths: np.ndarray | None = None
+    sinks: np.ndarray | None = None
     lse: bool = False
 
     @property
@@ -448,8 +450,24 @@ def check_features(op: str, dims: Dims, features: Mapping[str, Any], *, dtype: s
         pos = None
     if window is None and slopes is None and pos is None:
         diagonal = None  # only causal's own, which MASK-6/7 applies
+    sinks = _check_sinks(op, dims, describe("sinks", f["sinks"]), f["sinks"], backend)
     return Features(softcap, window, diagonal, slopes, pos, f["past_key"], f["past_value"],
-                    past_lengths, bool(lse))
+                    past_lengths, sinks, bool(lse))
+
+
+def _check_sinks(op: str, dims: Dims, a: Arg | None, x, backend) -> np.ndarray | None:
+    """SINK-4: sinks (h,), real and finite, for scaled dot-product attention -> float64 (h,)."""
+    if a is None:
+        return None
+    if op != "scaled_dot_product_attention":
+        fail(op, "argument 'sinks' applies to scaled_dot_product_attention only (SINK-1)")
+    if a.shape != (dims.heads,) or not (a.dtype in FLOAT_DTYPES or _is_int(a)):
+        fail(op, f"argument 'sinks' must be a real array of shape (h,) = ({dims.heads},), got "
+                 f"shape {a.shape} and dtype {a.dtype}")
+    sinks = np.asarray(backend.to_numpy(x), dtype=np.float64)
+    if not np.all(np.isfinite(sinks)):
+        fail(op, f"argument 'sinks' must be finite, got {sinks.tolist()}")
+    return sinks
 
 
 def _check_claims(op: str, f: dict, backend) -> None:
@@ -611,3 +629,27 @@ def _check_cache(op: str, f: dict, dtype: str, kv: KVGeometry, backend, describe
     lengths = _lengths(op, "past_lengths", f["past_lengths"], kv.batch, l_past, backend,
                        describe, "L_past")
     return pk, pv, np.full(kv.batch, l_past, np.int64) if lengths is None else lengths
+
+
+def check_cotangents(op: str, dims: Dims, d_output: Arg, d_lse: Arg | None, heads: int, *,
+                     bias_grad, bias, backend) -> None:
+    """GRAD-3, GRAD-8, GRAD-9 (spec 1.3): d_output (B, h, L_q, d_v) and d_lse (B, h, L_q) of the
+    inputs' float dtypes; ``d_lse`` needs "lse", ``bias_grad=True`` needs "bias_grad" and a bias."""
+    want = (dims.batch, heads, dims.len_q, dims.d_v)
+    if d_output.shape != want or d_output.dtype not in FLOAT_DTYPES:
+        fail(op, f"argument 'd_output' must be a float array of the output's shape (B, h, L_q, "
+                 f"d_v) = {want}, got shape {d_output.shape} and dtype {d_output.dtype}")
+    if d_lse is not None:
+        if "lse" not in backend.capabilities:
+            fail(op, f"argument 'd_lse': {backend.name} does not compute the log-sum-exp "
+                     f"(capability 'lse' not claimed)")
+        if d_lse.shape != want[:3] or d_lse.dtype not in FLOAT_DTYPES:
+            fail(op, f"argument 'd_lse' must be a float array of shape (B, h, L_q) = {want[:3]}, "
+                     f"got shape {d_lse.shape} and dtype {d_lse.dtype}")
+    if not isinstance(bias_grad, (bool, np.bool_)):
+        fail(op, f"argument 'bias_grad' must be True or False, got {bias_grad!r}")
+    if bias_grad and "bias_grad" not in backend.capabilities:
+        raise NotImplementedError(f"{backend.name}: attention_vjp with bias_grad=True "
+                                  f"(capability 'bias_grad') is not supported")
+    if bias_grad and bias is None:
+        fail(op, "argument 'bias_grad': the gradient of a bias is asked for, but no bias is given")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import np_float16
+from . import np_float16, np_vjp
 from ._generic import Algorithm, ArrayBackend
 
 
@@ -107,6 +107,11 @@ class NumpyBackend(ArrayBackend):
     def _ifill_masked(self, x, allowed):
         np.copyto(x, -np.inf, where=np.logical_not(allowed))
         return x
+
+    # spec 1.3: no autodiff in NumPy, so the backward pass is written by hand (np_vjp)
+    def _attention_vjp(self, q, k, v, d_output, d_lse, masks, feats, bias_grad):
+        return np_vjp.attention_vjp(self, q, k, v, d_output, d_lse, masks, feats, bias_grad,
+                                    per_head=not self._batched)
 
 
 def _key_index(index, ndim: int):

@@ -157,7 +157,7 @@ def choose_blocks(heads: int, len_q: int, len_k: int, block_q: int | None = None
 
 def blockwise_attention(q, k, v, *, scale: float, allowed: BlockMask | None = None,
                         additive=(), alibi: Alibi | None = None, softcap: float | None = None,
-                        lse: bool = False, blocks: Blocks | None = None):
+                        lse: bool = False, blocks: Blocks | None = None, sinks=None):
     """Attention by blocks with an online softmax, never forming the (L_q, L_K) logits.
 
     q (..., h, L_q, d_k), k (..., g, L_K, d_k), v (..., g, L_K, d_v) NumPy arrays, g dividing h
@@ -167,7 +167,9 @@ def blockwise_attention(q, k, v, *, scale: float, allowed: BlockMask | None = No
     ``c tanh(s q k^T / c)`` (``softcap`` c, SOFTCAP-1), then the additive terms and ALiBi, then
     the masks. Returns (out (..., h, L_q, d_v), lse (..., h, L_q) or None): lse is
     ``log sum_allowed exp(S)`` from the running maximum and sum, -inf for an empty row (LSE-1).
-    float16 computes in float32 and rounds both results to float16.
+    float16 computes in float32 and rounds both results to float16. ``sinks`` (h,) (spec 1.3,
+    SINK-1): each row's running maximum and sum start at the sink (e^0 = 1 under the maximum
+    sigma_h), which then joins the denominator and the lse and carries no value.
     """
     out_dtype = q.dtype
     work = np.promote_types(out_dtype, np.float32)
@@ -200,7 +202,8 @@ def blockwise_attention(q, k, v, *, scale: float, allowed: BlockMask | None = No
                     _attend_rows(q[heads][..., qs, :] * work.type(scale), k_g, v_g, allowed,
                                  additive, alibi, softcap, heads, qs, blocks.block_k,
                                  out[heads][..., qs, :],
-                                 None if row_lse is None else row_lse[heads][..., qs], out_dtype)
+                                 None if row_lse is None else row_lse[heads][..., qs], out_dtype,
+                                 None if sinks is None else sinks[heads[-1]])
     if not lead:
         out, row_lse = out[0], None if row_lse is None else row_lse[0]
     out = out.astype(out_dtype, copy=False)
@@ -216,15 +219,19 @@ def _kv_heads(query_heads: slice, repeat: int):
 
 
 def _attend_rows(q_blk, k_t, v1, allowed, additive, alibi, softcap, heads: tuple, qs: slice,
-                 block_k: int, out, row_lse, alibi_dtype):
+                 block_k: int, out, row_lse, alibi_dtype, sink=None):
     """Queries ``qs`` of the heads ``heads`` (see :func:`_cut`), key block by key block: q_blk
     (g, len(qs), d_k) already scaled, k_t (g, d_k, L_K), v1 (g, L_K, d_v + 1) (v and a column of
     ones); ``allowed`` a :class:`BlockMask` or None, ``additive`` the terms added to the logits,
-    ``alibi`` an :class:`Alibi` or None, added after rounding to ``alibi_dtype``. Writes out
-    (g, len(qs), d_v) and, when not None, row_lse (g, len(qs))."""
+    ``alibi`` an :class:`Alibi` or None, added after rounding to ``alibi_dtype``; ``sink`` the
+    heads' sink logits (g,) or None. Writes out (g, len(qs), d_v) and, when not None, row_lse
+    (g, len(qs))."""
     len_k, d_v = k_t.shape[-1], out.shape[-1]
     row_max = np.full((*q_blk.shape[:-1], 1), -np.inf, dtype=q_blk.dtype)
     acc = np.zeros((*q_blk.shape[:-1], d_v + 1), dtype=q_blk.dtype)  # [sum_j p v_j | sum_j p]
+    if sink is not None:  # SINK-1: the sink as the first term, e^(sigma - sigma) = 1, no value
+        row_max[...] = np.asarray(sink, dtype=q_blk.dtype).reshape(-1, 1, 1)
+        acc[..., d_v] = 1.0
     for k0 in range(0, len_k, block_k):
         ks = slice(k0, min(k0 + block_k, len_k))
         if allowed is not None and allowed.skips(heads, qs, ks):
@@ -269,7 +276,7 @@ class ChunkedNumpyBackend(NumpyBackend):
     :class:`~mhaspec.backends.positions.Positions`.
     """
 
-    capabilities = CAPABILITIES - {"weights", "grad"}
+    capabilities = CAPABILITIES - {"weights", "grad", "bias_grad"}
 
     def __init__(self, block_q: int | None = None, block_k: int | None = None):
         super().__init__(Algorithm.BATCHED, name="numpy-chunked")
@@ -292,7 +299,7 @@ class ChunkedNumpyBackend(NumpyBackend):
             k = self._present(feats.past_key, k, index)
             v = self._present(feats.past_value, v, index)
             present = (k, v)
-        out, _, lse = self._attention(q, k, v, masks, feats.lse)
+        out, _, lse = self._attention(q, k, v, masks, feats.lse, sinks=feats.sinks)
         return self._outputs(feats, AttentionOutputs(out, None, lse, *present), len_k, q)
 
     def _mha_features(self, query, key, value, call):
@@ -328,7 +335,7 @@ class ChunkedNumpyBackend(NumpyBackend):
                               softcap=feats.softcap, alibi=alibi)
 
     # -- the kernel ------------------------------------------------------------------------------
-    def _attention(self, q, k, v, masks: MaskArgs, lse: bool | None = None):
+    def _attention(self, q, k, v, masks: MaskArgs, lse: bool | None = None, sinks=None):
         """q (B, h, L_q, d_k), k (B, g, L_K, d_k), v (B, g, L_K, d_v) -> (out, None, lse or
         None) by :func:`blockwise_attention`; ``masks.mask`` a :class:`BlockMask` (spec 1.2
         calls) or the 1.1 masking arguments."""
@@ -338,8 +345,14 @@ class ChunkedNumpyBackend(NumpyBackend):
             q, k, v, scale=masks.scale, allowed=allowed,
             additive=self._additive(masks.bias, masks.legacy_mask), alibi=masks.alibi,
             softcap=masks.softcap, lse=bool(lse),
-            blocks=self._choose(q, k, alibi=masks.alibi is not None))
+            blocks=self._choose(q, k, alibi=masks.alibi is not None), sinks=sinks)
         return out, None, row_lse
+
+    # spec 1.3: the backward pass blockwise from the saved lse (np_chunked_vjp)
+    def _attention_vjp(self, q, k, v, d_output, d_lse, masks, feats, bias_grad):
+        from . import np_chunked_vjp  # it builds on this module
+
+        return np_chunked_vjp.attention_vjp(self, q, k, v, d_output, d_lse, masks, feats)
 
     def _attend(self, q, k, v, allowed, additive, scale):
         """q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v) -> (out (..., L_q, d_v), None)."""

@@ -43,6 +43,13 @@ NEEDS: dict[str, frozenset[str]] = {
     **{f"SEG-{i}": frozenset({"segments"}) for i in (1, 2, 3, 4, 5)},
     **{f"CACHE-{i}": frozenset({"kv_cache"}) for i in (1, 2, 3, 4)},
     **{f"LSE-{i}": frozenset({"lse"}) for i in (1, 2)},
+    # spec 1.3: the gradient of attention (attention_vjp) and sinks
+    **{f"GRAD-{i}": frozenset({"sdpa", "attention_vjp"}) for i in (3, 5, 6, 7)},
+    "GRAD-4": frozenset({"sdpa", "attention_vjp", "gqa"}),
+    "GRAD-8": frozenset({"sdpa", "attention_vjp", "lse"}),
+    "GRAD-9": frozenset({"sdpa", "attention_vjp", "bias", "bias_grad"}),
+    **{f"SINK-{i}": frozenset({"sdpa", "sink"}) for i in (1, 2, 4)},
+    "SINK-3": frozenset({"sdpa", "sink", "attention_vjp"}),
 }
 
 

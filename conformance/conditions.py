@@ -293,6 +293,37 @@ SPACES: dict[str, Space] = {
                    arguments={}),
 }
 
+# -- spec 1.3 (training and sinks) ----------------------------------------------------------------
+# attention_vjp and sinks are scaled dot-product attention's (no ``op`` parameter: sdpa only). Each
+# clause's space is that of the 1.2 clause whose feature it differentiates: GRAD-3 the masked call
+# (SDPA-4's), GRAD-4 the group sizes (GQA-1's), GRAD-5 what a soft-cap meets (SOFTCAP-1's), GRAD-6
+# the window's sides in each alignment (WIN-1's), GRAD-8 rows emptied or not under an lse
+# cotangent (LSE-1's), GRAD-9 a full bias (MASK-2's); SINK-1 and SINK-3 each ordering of the
+# lengths, SINK-4 each invalid ``sinks``.
+SPACES.update({
+    "GRAD-3": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True}, ops=OPS_SDPA),
+    "GRAD-4": Space(("op", "lengths", "group"), {"key_padding": True}, ops=OPS_SDPA),
+    "GRAD-5": Space(("op", "lengths", "masked_by", "cap"), ops=OPS_SDPA),
+    "GRAD-6": Space(("op", "lengths", "alignment", "window"), ops=OPS_SDPA),
+    "GRAD-8": Space(("op", "lengths", "empty_rows"), lambda s: {**_mask(s), "lse": True},
+                    ops=OPS_SDPA),
+    "GRAD-9": Space(LENGTHS, lambda s: {"bias_shape": _full(s)}, ops=OPS_SDPA),
+    "SINK-1": Space(LENGTHS, {"lse": True}, ops=OPS_SDPA),
+    "SINK-3": Space(LENGTHS, ops=OPS_SDPA),
+    "SINK-4": Space(LENGTHS, ops=OPS_SDPA),
+})
+# the condition spaces of GRAD-7 and SINK-2
+# GRAD-7: the exact zeros arise where a query row or a key loses every partner, in each of the
+# ways MASK-9 names (the zeros of dk/dv follow from the same emptied rows and columns), with and
+# without a finite bias, in each ordering of the lengths that lets it happen. SINK-2: a sink makes
+# those same rows non-empty in the denominator (lse = the sink), so its space is MASK-9's too.
+# Both tests run scaled dot-product attention only (the operation has no ``op`` parameter).
+SPACES.update({
+    "GRAD-7": Space(("empty_by", "bias", "lengths"), {}, _empties_a_row),
+    "SINK-2": Space(("empty_by", "lengths"), {}, _empties_a_row),
+})
+# -- end of spec 1.3's spaces ----------------------------------------------------------------
+
 
 def fixed_fields(space: Space, shape) -> dict:
     """The fixed CaseSpec fields of ``space``'s cases on ``shape``."""

@@ -49,6 +49,8 @@ def clear_oracle_cache() -> None:
 def _run_oracle(case: Case, op: str, precision: str, **overrides) -> Result:
     kw = {**case.call_kwargs(), **overrides}
     info: dict = {}
+    if kw.get("sinks") is not None:  # spec 1.3: attention sinks (SINK-1), sdpa only
+        return _oracle_with_sinks(case, precision, kw)
     if kw.pop("lse", False) or any(kw.get(name) is not None for name in oracle.FEATURES):
         res = _oracle_result(case, op, precision, info, kw)  # spec 1.2: lse and the cache too
     elif op == "sdpa":
@@ -61,6 +63,22 @@ def _run_oracle(case: Case, op: str, precision: str, **overrides) -> Result:
     else:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     return Result(*res[:2], max(1.0, info.get("logit_condition", 0.0)), *res[2:])
+
+
+def _oracle_with_sinks(case: Case, precision: str, kw: dict) -> Result:
+    """The sdpa oracle with ``kw["sinks"]`` (``oracle_vjp.attention_with_sinks``); NUM-3's
+    condition is that of the call without sinks or the largest |sink|, whichever is larger.
+    The sequential float32 order is float32's (the sink oracle has one summation order)."""
+    from mhaspec.spec import oracle_vjp
+
+    kw = dict(kw)
+    sinks, _ = kw.pop("sinks"), kw.pop("lse", None)
+    info: dict = {}
+    oracle.attention_result(case.q, case.k, case.v, precision=precision, info=info, **kw)
+    res = oracle_vjp.attention_with_sinks(case.q, case.k, case.v, sinks=sinks,
+                                          precision=precision.removesuffix("-sequential"), **kw)
+    condition = max(1.0, info.get("logit_condition", 0.0), float(np.max(np.abs(sinks))))
+    return Result(*res[:2], condition, *res[2:])
 
 
 def _oracle_result(case: Case, op: str, precision: str, info: dict, kw: dict):

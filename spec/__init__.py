@@ -23,6 +23,14 @@ class Clause:
     title: str
     text: str
     testable: bool
+    since: str | None = None    # ``since = "1.3"``: the version that added the clause
+    changed: str | None = None  # ``changed = "1.3"``: the version that last changed its text
+
+    @property
+    def marker(self) -> str:
+        """"New in 1.3." / "Changed in 1.3." (empty for a clause of the first version)."""
+        return (f"New in {self.since}." if self.since else
+                f"Changed in {self.changed}." if self.changed else "")
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,8 @@ def parse(text: str) -> Spec:
     chapters = tuple(Chapter(c["id"], c["title"], c.get("intro", "").strip()) for c in data["chapter"])
     chapter_ids = {c.id for c in chapters}
     clauses = tuple(
-        Clause(c["id"], c["chapter"], c["title"], c["text"].strip(), bool(c["testable"]))
+        Clause(c["id"], c["chapter"], c["title"], c["text"].strip(), bool(c["testable"]),
+               c.get("since"), c.get("changed"))
         for c in data["clause"])
     seen: set[str] = set()
     for c in clauses:

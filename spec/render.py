@@ -23,7 +23,10 @@ def render_markdown(spec: Spec) -> str:
             lines += [chapter.intro, ""]
         for clause in (c for c in spec.clauses if c.chapter == chapter.id):
             kind = "" if clause.testable else " *(informative)*"
-            lines += [f"### {clause.id}: {clause.title}{kind} {{#{clause.id}}}", "", clause.text, ""]
+            lines += [f"### {clause.id}: {clause.title}{kind} {{#{clause.id}}}", ""]
+            if clause.marker:  # "New in 1.3." (clauses of a table without since/changed: none)
+                lines += [f"*{clause.marker}*", ""]
+            lines += [clause.text, ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

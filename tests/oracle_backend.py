@@ -1,5 +1,6 @@
 """A reference backend that wraps the float64 oracle: it claims every capability but "grad" and
-computes each call with :mod:`mhaspec.spec.oracle` (float64 in float64, the naive float32 steps in
+computes each call with :mod:`mhaspec.spec.oracle` (spec 1.3's sinks and attention_vjp with
+:mod:`mhaspec.spec.oracle_vjp`) (float64 in float64, the naive float32 steps in
 float32).
 
 It is the suite's own yardstick for spec 1.2's feature chapters: a test that fails on it is a
@@ -17,7 +18,7 @@ import numpy as np
 
 from mhaspec.backends import (CAPABILITIES, AttentionOutputs, Backend, MHAParams,
                               validation)
-from mhaspec.spec import oracle
+from mhaspec.spec import oracle, oracle_vjp
 
 
 def _arg(name: str, x, shape=None):
@@ -104,8 +105,21 @@ class OracleBackend(Backend):
     # -- what the broken variants override ----------------------------------------------------------
 
     def _attention(self, q, k, v, **kwargs) -> oracle.AttentionResult:
-        """The oracle's attention in the arrays' precision."""
+        """The oracle's attention in the arrays' precision (with ``sinks``: spec 1.3's oracle)."""
+        if kwargs.get("sinks") is not None:
+            return oracle_vjp.attention_with_sinks(q, k, v, precision=str(q.dtype), **kwargs)
+        kwargs.pop("sinks", None)
         return oracle.attention_result(q, k, v, precision=str(q.dtype), **kwargs)
+
+    def attention_vjp(self, q, k, v, d_output, *, d_lse=None, bias_grad=False, **kwargs) -> dict:
+        """Spec 1.3's analytic gradient (``oracle_vjp.attention_vjp``) in the arrays' precision,
+        by the protocol's names."""
+        res = self._vjp(q, k, v, d_output, d_lse=d_lse, bias_grad=bias_grad, **kwargs)
+        return {name: g.astype(q.dtype) for name, g in zip(VJP_NAMES, res) if g is not None}
+
+    def _vjp(self, q, k, v, d_output, **kwargs) -> oracle_vjp.AttentionVJP:
+        """What the broken variants of the backward pass override."""
+        return oracle_vjp.attention_vjp(q, k, v, d_output, precision=str(q.dtype), **kwargs)
 
     def _mha(self, query, key, value, params, **kwargs) -> oracle.AttentionResult:
         return oracle.multi_head_attention_result(query, key, value, params, **kwargs)
@@ -125,5 +139,8 @@ class OracleBackend(Backend):
             res.present_value.astype(dtype) if cached else None,
             res.present_lengths if cached else None)
 
+
+#: the protocol's names of oracle_vjp.AttentionVJP's fields, in order
+VJP_NAMES = ("q", "k", "v", "sinks", "bias", "past_key", "past_value")
 
 ORACLE_REFERENCE = OracleBackend()

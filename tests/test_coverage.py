@@ -43,7 +43,8 @@ def test_a_backend_claiming_only_heads_is_not_given_a_bare_conforms(tmp_path, ca
     testable = len(spec.testable_ids)
     md = certificate.to_markdown(cert)
     assert "**Verdict: conforms**" not in md
-    assert (f"**Verdict: conforms on 2 of {testable} testable clauses of mhaspec {spec.version}**"
+    label = certificate.spec_label(cert["spec"])  # "1.3 (draft)" while the version is a draft
+    assert (f"**Verdict: conforms on 2 of {testable} testable clauses of mhaspec {label}**"
             in md)
     assert "for the capabilities it claims: heads." in md
     assert f"| covers | 2 of {testable} testable clauses; core 2 of " in md
@@ -51,8 +52,7 @@ def test_a_backend_claiming_only_heads_is_not_given_a_bare_conforms(tmp_path, ca
     path.write_text(json.dumps(cert), "utf-8")
     assert cli.main(["verify", str(path)]) == 0
     first, second = capsys.readouterr().out.split("\n")[:2]
-    assert first.endswith(f": conforms on 2 of {testable} testable clauses of mhaspec "
-                          f"{spec.version}")
+    assert first.endswith(f": conforms on 2 of {testable} testable clauses of mhaspec {label}")
     assert second.startswith(f"covers: 2 of {testable} testable clauses; core 2 of ")
     assert second.endswith("claimed capabilities: heads")
 
@@ -71,7 +71,7 @@ def test_core_and_optional_levels():
     without_lse = coverage.of(body_claiming(["all"], set(spec.testable_ids) - {"LSE-2"}))
     assert "LSE" not in without_lse.levels and "core" in without_lse.levels
     assert without_lse.chapters["LSE"] == (1, 2)
-    assert coverage.summary(without_lse).endswith(", LSE 1/2")
+    assert ", LSE 1/2" in coverage.summary(without_lse)
 
 
 def test_a_failing_certificate_names_its_verdict_first():
@@ -82,4 +82,5 @@ def test_a_failing_certificate_names_its_verdict_first():
     cert["summary"] = {"verdict": overall_verdict(cert["clauses"]),
                        "counts": count_verdicts(cert["clauses"])}
     assert coverage.headline(cert) == (f"does not conform (1 of {len(spec.testable_ids)} "
-                                       f"testable clauses of mhaspec {spec.version} certified)")
+                                       f"testable clauses of mhaspec "
+                                       f"{certificate.spec_label(cert['spec'])} certified)")

@@ -257,4 +257,7 @@ def test_without_lse_or_cache_a_feature_call_returns_a_pair():
 
 
 def test_capabilities_are_every_feature_but_weights_and_gradients():
-    assert set(ChunkedNumpyBackend.capabilities) == set(CAPABILITIES) - {"weights", "grad"}
+    """No weights, no mha_vjp and no bias gradient (the blockwise backward keeps no dS); the
+    backward pass of attention (spec 1.3) and sinks are claimed."""
+    assert set(ChunkedNumpyBackend.capabilities) == set(CAPABILITIES) - {"weights", "grad",
+                                                                          "bias_grad"}

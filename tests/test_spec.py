@@ -82,9 +82,28 @@ def test_a_draft_says_so_in_its_heading_and_a_released_version_does_not():
     assert "draft" not in "\n".join(released)
 
 
-def test_the_current_version_is_1_2_released():
+def test_the_current_version_is_the_1_3_draft():
+    """1.3 stays a draft until every in-repo backend conforms to it; 1.2 is the latest release."""
     spec = load()
-    assert (spec.version, spec.status) == ("1.2", "released")
+    assert (spec.version, spec.status) == ("1.3", "draft")
+    assert max(FROZEN, key=lambda v: tuple(map(int, v.split(".")))) == "1.2"
+
+
+def test_new_and_changed_clauses_are_marked_in_the_rendering():
+    """``since`` / ``changed`` in the table become "New in 1.3." / "Changed in 1.3." under the
+    clause heading; a table without them (every released one) renders no marker."""
+    spec = load()
+    text = render_markdown(spec)
+    marked = [c for c in spec.clauses if c.marker]
+    assert {c.id for c in marked} >= {"GRAD-3", "SINK-1", "CONF-1", "LSE-1"}
+    for c in marked:
+        assert f"{{#{c.id}}}\n\n*{c.marker}*\n\n" in text, c.id
+    assert "New in" not in render_markdown(parse(MINIMAL.format(status="released")))
+
+
+def test_the_conformance_clause_carries_the_rfc_2119_sentence():
+    text = load().clause("CONF-1").text
+    assert "RFC 2119" in text and "conforms to mhaspec 1.3" in text
 
 
 def test_released_renderings_are_reproduced_by_the_renderer():

@@ -147,7 +147,7 @@ build_api_source_tree(pathlib.Path(__file__).resolve().parents[2])
 
 def on_config(config, **kwargs):
     spec = load()
-    config.site_name = f"{spec.name} {spec.version}"
+    config.site_name = f"{spec.name} {spec.version}" + (" (draft)" if spec.is_draft else "")
     config.copyright = (f"{spec.name} specification, version {spec.version}. "
                         f"Cite a clause as \u201c{spec.name} {spec.version}, clause MASK-3\u201d.")
     config.extra["spec_version"] = spec.version
@@ -168,7 +168,8 @@ def _versions_table(page_src: str) -> str:
     spec = load()
     prefix = "../" * page_src.count("/")
     rows = ["| version | page | source |", "|---|---|---|",
-            f"| {spec.version} (current) | [spec/]({prefix}spec/index.md) | `spec/clauses.toml` |"]
+            f"| {spec.version} ({'draft' if spec.is_draft else 'current'}) | "
+            f"[spec/]({prefix}spec/index.md) | `spec/clauses.toml` |"]
     for version, path in reversed(rendered_versions()):
         rows.append(f"| {version} | [spec/{version}/]({prefix}spec/{version}.md) | `spec/{path.name}` |")
     return "\n".join(rows)

@@ -156,6 +156,11 @@ def read_rows(directory: pathlib.Path) -> Board:
                         cert["summary"]["verdict"], path.with_suffix(".md").name,
                         chapter_cells(cert, core + optional, chapter_of), coverage.of(cert)))
     rows.sort(key=lambda r: (r.library.casefold(), r.name.casefold()))
+    # a chapter none of the certificates' versions has (SINK for certificates of 1.2) is left out
+    issued_chapters = {ch for r in rows for ch, cell in r.cells.items() if cell[1]}
+    if rows:
+        core = [ch for ch in core if ch in issued_chapters]
+        optional = [ch for ch in optional if ch in issued_chapters]
     return Board(rows, core, optional, ", ".join(sorted(labels)), sorted(profiles),
                  sorted(devices), (min(issued, default=""), max(issued, default="")), superseded)
 

@@ -28,7 +28,7 @@ from mhaspec.backend_process import BackendDied, BackendProcess
 from mhaspec.backends import AttentionOutputs, MHAParams
 
 OPERATIONS = ("split_heads", "combine_heads", "scaled_dot_product_attention",
-              "multi_head_attention", "mha_vjp")
+              "multi_head_attention", "mha_vjp", "attention_vjp")
 
 
 class SealedError(Exception):
@@ -154,6 +154,9 @@ class SealedBackend:
 
     def mha_vjp(self, *args, **kwargs):
         return self._call("mha_vjp", args, kwargs)
+
+    def attention_vjp(self, *args, **kwargs):  # spec 1.3
+        return self._call("attention_vjp", args, kwargs)
 
     def close(self) -> None:
         self.process.stop()

@@ -26,6 +26,7 @@ import numpy as np
 from mhaspec import generated, usage
 from mhaspec.spec import SPEC_VERSION
 
+from . import vjp_cost
 from ._worker import blas_threads, mha_flops
 
 EXAMPLE = (32, 50, 512, 8)  # the source document's size: B, L, d_model, h
@@ -223,6 +224,7 @@ def report(data: dict) -> str:
                 "### Forward + backward time, ms", "", md_table(hdr, rows_b), "",
                 "### Peak memory of one forward call, MiB", "", md_table(hdr, rows_m), ""]
     out += chunked_section(data)
+    out += vjp_cost.section(data.get("vjp"))
     long = data.get("long")
     if long:
         b, n = 1, long["L"]
@@ -466,6 +468,9 @@ def main(argv: list[str] | None = None) -> int:
                         "chunked_features": run_worker([*args, "features"], 900)}
         log(f"L={LONG_L} numpy-chunked: {r}; with spec 1.2 features: "
             f"{data['long']['chunked_features']}")
+    if "numpy" in frameworks and not a.no_long:
+        data["vjp"] = vjp_cost.measure(run_worker, quick=a.quick)
+        log(f"attention_vjp, numpy-chunked vs numpy-batched: {data['vjp']}")
     measure_roof(data, frameworks)
     data["machine"]["load_end"] = os.getloadavg()
     data["elapsed_s"] = time.time() - t_start

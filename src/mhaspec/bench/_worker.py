@@ -21,6 +21,8 @@ import tracemalloc
 
 import numpy as np
 
+from . import vjp_cost
+
 SEED = 0
 
 
@@ -242,11 +244,11 @@ def retime_outliers(results: list[dict], spec: dict) -> None:
             row["retimed"] = True
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _current_rss_bytes() -> int:
+def current_rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -258,8 +260,8 @@ def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int,
     ``features``: the spec 1.2 call of :func:`feature_arguments`."""
     fn = protocol_call(name, batch, length, d_model, heads, features=True) if features else \
         make_call(name, batch, length, d_model, heads)
-    base_rss = _current_rss_bytes()
-    base_peak = _peak_rss_bytes()
+    base_rss = current_rss_bytes()
+    base_peak = peak_rss_bytes()
     numpy_variant = name.startswith("numpy-")
     if numpy_variant:
         tracemalloc.start()
@@ -269,7 +271,7 @@ def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int,
     traced = tracemalloc.get_traced_memory()[1] if numpy_variant else None
     if numpy_variant:
         tracemalloc.stop()
-    peak = _peak_rss_bytes()
+    peak = peak_rss_bytes()
     return {"name": name, "B": batch, "L": length, "d_model": d_model, "h": heads,
             "features": features, "peak_rss_bytes": peak, "added_rss_bytes": max(0, peak - max(base_rss, 0)),
             "rss_before_bytes": base_rss, "peak_before_bytes": base_peak,
@@ -330,6 +332,10 @@ def main(argv: list[str]) -> None:
         out = cmd_headline(*(int(a) for a in argv[1:6]))
     elif cmd == "pair":
         out = cmd_pair(argv[1].split(","), *(int(a) for a in argv[2:7]))
+    elif cmd == "vjp-memory":  # spec 1.3's backward pass (vjp_cost)
+        out = vjp_cost.cmd_memory(argv[1], *(int(a) for a in argv[2:4]))
+    elif cmd == "vjp-pair":
+        out = vjp_cost.cmd_pair(argv[1].split(","), *(int(a) for a in argv[2:5]))
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     print("@@RESULT@@" + json.dumps(out))

@@ -1,0 +1,38 @@
+"""The backward pass of attention (GRAD-3 to GRAD-9, SINK-3; spec 1.3) by a framework's autodiff.
+
+Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
+keys, d_v value width.
+
+The loss ``sum(output * d_output) + sum(lse * d_lse)`` is one vector-Jacobian product of the
+forward pass's output and log-sum-exp laid side by side, (B, h, L_q, d_v + 1), against the
+cotangent ``[d_output | d_lse]`` (zeros for a missing ``d_lse``). The primals are q, k, v and, where
+the call has them, the past cache, the sinks and (``bias_grad``) the bias; everything else (masks,
+positions, ALiBi, the scale and the cap) is a constant of the forward function. The forward pass is
+the backend's own :meth:`ArrayBackend._sdpa_features`, so the gradient is that of what it computes.
+"""
+
+from __future__ import annotations
+
+
+def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bool) -> dict:
+    """Gradients of a validated call (``masks``: ``MaskArgs``, ``feats``: ``Features``) by
+    ``backend._vjp``: ``{"q", "k", "v"[, "past_key", "past_value"][, "sinks"][, "bias"]}``."""
+    primals = {"q": q, "k": k, "v": v}
+    if feats.cached:
+        primals.update(past_key=feats.past_key, past_value=feats.past_value)
+    if feats.sinks is not None:
+        primals["sinks"] = backend._constant_as(feats.sinks, q)
+    if bias_grad:
+        primals["bias"] = masks.bias
+    b, h, len_q, _ = backend._shape(d_output)
+
+    def forward(x):
+        f = feats._replace(lse=True, past_key=x.get("past_key"), past_value=x.get("past_value"),
+                           sinks=x.get("sinks"))
+        res = backend._sdpa_features(x["q"], x["k"], x["v"],
+                                     masks._replace(bias=x.get("bias", masks.bias)), f)
+        return backend._concat([res.output, backend._reshape(res.lse, (b, h, len_q, 1))], axis=-1)
+
+    lse_cotangent = (backend._full((b, h, len_q, 1), 0.0, d_output) if d_lse is None
+                     else backend._reshape(d_lse, (b, h, len_q, 1)))
+    return dict(backend._vjp(forward, primals, backend._concat([d_output, lse_cotangent], axis=-1)))

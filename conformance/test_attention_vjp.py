@@ -1,0 +1,98 @@
+"""Chapter GRAD, spec 1.3: the gradient of scaled dot-product attention (capability
+"attention_vjp"), judged against ``spec/oracle_vjp.py`` under GRAD-1's rule (:mod:`.vjp`).
+
+Axis legend: B batch, h query heads, g key/value heads, L_q / L_k lengths.
+
+One test per clause, each drawing the feature its clause names: the plain call with every mask
+(GRAD-3), grouped heads (GRAD-4), soft-capping (GRAD-5), each positional feature (GRAD-6), the
+ways a row or a key loses every partner (GRAD-7, with exact zeros), a cotangent on the lse
+(GRAD-8) and the bias's own gradient (GRAD-9).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from mhaspec.conformance import conditions, vjp
+from mhaspec.conformance.strategies import feature_specs
+
+pytestmark = [pytest.mark.requires("sdpa", "attention_vjp"),
+              pytest.mark.dtypes("float64", "float32")]
+
+
+@pytest.mark.clause("GRAD-3")
+@conditions.cover("GRAD-3")
+@given(spec=feature_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
+def test_attention_gradient_agrees_with_the_analytic_gradient(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-3")
+
+
+@pytest.mark.clause("GRAD-4")
+@pytest.mark.requires("gqa")
+@conditions.cover("GRAD-4")
+@given(spec=feature_specs(require=("gqa",), masks=True, causal=True).filter(
+    lambda s: s.heads > 1))
+def test_grouped_key_value_gradients_sum_over_the_group(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-4")
+
+
+@pytest.mark.clause("GRAD-5")
+@pytest.mark.requires("softcap")
+@conditions.cover("GRAD-5")
+@given(spec=feature_specs(require=("softcap",), masks=True, bias=True, logit_scales=(1.0, 10.0)))
+def test_soft_cap_gradient_has_the_cap_derivative(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-5")
+
+
+@pytest.mark.clause("GRAD-6")
+@pytest.mark.requires("window", "alibi")
+@conditions.cover("GRAD-6")
+@given(spec=feature_specs(require=("window", "alibi"), allow=("softcap",), causal=True))
+def test_window_and_alibi_are_constants(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-6")
+
+
+@pytest.mark.clause("GRAD-6")
+@pytest.mark.requires("segments")
+@given(spec=feature_specs(require=("segments", "seq_lengths"), allow=("window",), causal=True))
+def test_segments_and_lengths_are_constants(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-6")
+
+
+@pytest.mark.clause("GRAD-6")
+@pytest.mark.requires("kv_cache")
+@given(spec=feature_specs(require=("cache",), allow=("window", "alibi"), causal=True))
+def test_cache_gradients_go_back_to_the_past_keys_and_values(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-6")
+
+
+@pytest.mark.clause("GRAD-7")
+@pytest.mark.requires("masks")
+@conditions.cover("GRAD-7")
+@given(spec=conditions.specs("GRAD-7"))
+def test_rows_and_keys_without_partners_get_exact_zeros(impl, spec):
+    case = impl.case(spec, "sdpa")
+    got = vjp.expect_gradients(impl, case, "GRAD-7")
+    for name, dead in vjp.dead_rows(case).items():
+        leaked = np.abs(got[name][dead]).max(initial=0.0)
+        assert leaked == 0.0, (f"[GRAD-7] {impl.id}: gradient {leaked:.3e} for a row of '{name}' "
+                               f"the output does not depend on; it must be exactly 0")
+
+
+@pytest.mark.clause("GRAD-8")
+@pytest.mark.requires("lse")
+@conditions.cover("GRAD-8")
+@given(spec=feature_specs(allow=("softcap", "gqa"), masks=True, fully_masked=True, causal=True))
+def test_lse_cotangent_adds_dlse_times_p(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-8", d_lse=True)
+
+
+@pytest.mark.clause("GRAD-9")
+@pytest.mark.requires("bias", "bias_grad")
+@conditions.cover("GRAD-9")
+@given(spec=feature_specs(bias=True, masks=True, allow=("softcap",)).filter(
+    lambda s: s.bias_shape is not None))
+def test_bias_gradient_sums_over_its_broadcast_axes(impl, spec):
+    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-9", bias_grad=True)

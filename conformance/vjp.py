@@ -1,0 +1,144 @@
+"""Run ``attention_vjp`` (spec 1.3) on a case and judge its gradients under GRAD-1's rule.
+
+Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
+keys, L_K = L_past + L_k, d_v value width.
+
+The cotangents are fixed random data from the case's seed: d_output (B, h, L_q, d_v) and, for
+GRAD-8, d_lse (B, h, L_q). The oracle is ``spec/oracle_vjp.py`` in float64; the reference error is
+that of the same analytic steps in the candidate's dtype (float32's, scaled, for float64); one
+scale for every gradient of a call: the largest oracle gradient times the condition factor
+max(1, max |S|) over the allowed logits and the sinks (GRAD-1). :func:`judge_gradients` is the
+loop both gradient chapters use (``test_grad`` for ``mha_vjp``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from mhaspec.spec import oracle, oracle_vjp
+
+from . import harness
+
+#: oracle_vjp.AttentionVJP field -> the key of a backend's result
+NAMES = {"dq": "q", "dk": "k", "dv": "v", "d_sinks": "sinks", "d_bias": "bias",
+         "d_past_key": "past_key", "d_past_value": "past_value"}
+
+
+def cotangents(case, d_lse: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """d_output (B, h, L_q, d_v) and d_lse (B, h, L_q) or None: standard normal from the seed."""
+    rng = np.random.default_rng([case.spec.seed, 13])
+    b, h, len_q, _ = case.q.shape
+    d_out = rng.standard_normal((b, h, len_q, case.v.shape[3]))
+    return d_out, (rng.standard_normal((b, h, len_q)) if d_lse else None)
+
+
+def sinks_of(case, scale: float) -> np.ndarray:
+    """A sink logit per query head (h,): standard normal from the seed times ``scale``, plus
+    ``scale`` (so a large scale gives sinks that dominate every row)."""
+    h = case.q.shape[1]
+    return np.random.default_rng([case.spec.seed, 17]).standard_normal(h) * scale + scale
+
+
+def kwargs_of(case) -> dict:
+    """The case's keyword arguments of scaled dot-product attention, without ``lse`` (the
+    gradient takes ``d_lse`` instead)."""
+    kw = case.call_kwargs()
+    kw.pop("lse", None)
+    return kw
+
+
+def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
+        sinks: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The backend's ``attention_vjp`` on ``case`` with its cotangents, as NumPy (the case is
+    noted on the running test as :func:`harness.run` notes it: what ran, per clause)."""
+    harness.note("sdpa", case.spec)
+    d_out, dl = cotangents(case, d_lse)
+    kw = {n: impl.arr(x) if isinstance(x, np.ndarray) else x for n, x in kwargs_of(case).items()}
+    if sinks is not None:
+        kw["sinks"] = impl.arr(sinks)
+    if bias_grad:
+        kw["bias_grad"] = True
+    grads = impl.call("attention_vjp", impl.arr(case.q), impl.arr(case.k), impl.arr(case.v),
+                      impl.arr(d_out), d_lse=impl.arr(dl), **kw)
+    return {n: impl.backend.to_numpy(g) for n, g in grads.items()}
+
+
+def oracle_grads(case, precision: str, *, d_lse: bool = False, bias_grad: bool = False,
+                 sinks=None) -> dict[str, np.ndarray]:
+    """The oracle's gradients (those the call has) by the backend's key names."""
+    d_out, dl = cotangents(case, d_lse)
+    res = oracle_vjp.attention_vjp(case.q, case.k, case.v, d_out, d_lse=dl, sinks=sinks,
+                                   bias_grad=bias_grad, precision=precision, **kwargs_of(case))
+    return {NAMES[f]: g for f, g in res._asdict().items() if g is not None}
+
+
+def condition(case, sinks=None) -> float:
+    """GRAD-1's condition factor: max(1, max |S|) over the allowed final logits of every head
+    (and the sinks, which are logits too)."""
+    p = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
+    group = p.q.shape[1] // p.k.shape[1]
+    x = np.einsum("bhqd,bhkd->bhqk", p.q, np.repeat(p.k, group, axis=1)) * p.scale
+    logits = x if p.softcap is None else p.softcap * np.tanh(x / p.softcap)
+    for term in p.additive:
+        logits = logits + term
+    finite = p.allowed & np.isfinite(logits)
+    largest = float(np.max(np.abs(logits[finite]), initial=0.0))
+    if sinks is not None:
+        largest = max(largest, float(np.max(np.abs(sinks))))
+    return max(1.0, largest)
+
+
+def judge_gradients(impl, clause: str, got: Mapping[str, np.ndarray],
+                    want: Mapping[str, np.ndarray], naive: Mapping[str, np.ndarray], scale: float,
+                    reproduce: str) -> None:
+    """Every gradient of ``want`` agrees with ``got``'s under the NUM-3 rule with ``scale``
+    (GRAD-1's form); the key sets must be equal. Records the worst ratio for ``clause``."""
+    assert set(got) == set(want), (f"[{clause}] {impl.id}: gradients for {sorted(got)}, the spec "
+                                   f"asks for {sorted(want)}")
+    checks = harness.judge_parts([(name, got[name], want[name], naive[name], scale)
+                                  for name in want], dtype=impl.dtype, clause=clause)
+    for name, verdict in checks:
+        if not verdict.ok:
+            raise AssertionError(
+                f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): gradient of "
+                f"'{name}' differs from the analytic float64 gradient: {verdict.describe()}\n"
+                f"reproduce the case with:\n{reproduce}")
+
+
+def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad: bool = False,
+                     sinks=None) -> dict[str, np.ndarray]:
+    """Run ``attention_vjp`` on ``case`` and judge every gradient against the oracle (GRAD-1's
+    rule); returns the backend's gradients."""
+    got = run(impl, case, d_lse=d_lse, bias_grad=bias_grad, sinks=sinks)
+    opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks)
+    want = oracle_grads(case, "float64", **opts)
+    naive = oracle_grads(case, "float32", **opts)
+    largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
+    judge_gradients(impl, clause, got, want, naive, largest * condition(case, sinks),
+                    harness.reproducer(impl, "sdpa", case.spec))
+    return got
+
+
+def dead_rows(case) -> dict[str, np.ndarray]:
+    """Where GRAD-7 asks for exact zeros, as boolean masks over the rows of each gradient: "q"
+    (B, h, L_q) queries with an empty allowed set; "k" and "v" (B, g, L_k) new keys no query of
+    the heads sharing them may attend; "past_key" / "past_value" (B, g, L_past) past slots not
+    attended (or not valid) with a cache."""
+    p = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
+    b, h, _, len_all = p.allowed.shape
+    g = p.k.shape[1]
+    attended = p.allowed.reshape(b, g, h // g, -1, len_all).any(axis=(2, 3))  # (B, g, L_K)
+    out = {"q": ~p.allowed.any(axis=-1)}
+    len_k = case.k.shape[2]
+    if p.past_lengths is None:
+        out["k"] = out["v"] = ~attended
+        return out
+    len_past = len_all - len_k
+    new, past = np.ones((b, g, len_k), bool), np.ones((b, g, len_past), bool)
+    for bi, n in enumerate(p.past_lengths):
+        past[bi, :, :n] = ~attended[bi, :, :n]
+        new[bi] = ~attended[bi, :, n:n + len_k]
+    out.update(k=new, v=new, past_key=past, past_value=past)
+    return out
