@@ -4,13 +4,15 @@ A failing clause says *what* is wrong; the signature says *why*. Each :class:`Si
 known mistake (the project's catalogue of broken backends, ``tests/broken_backends.py``, is the
 list they come from) with a small fixed case and the output that mistake gives there: the
 oracle with one argument changed (``scale = 1``, the mask inverted, ``causal='top_left'``, ...)
-or a textbook variant of the algorithm (a softmax over the wrong axis). :func:`diagnose` calls
-the backend on each case that its claims allow, and names the first mistake whose output the
-backend matches, and not the oracle's, within :func:`agrees`. A few dozen calls on tiny arrays:
-run only when a backend failed.
+or a textbook variant of the algorithm (a softmax over the wrong axis). A signature that needs
+"attention_vjp" compares the gradients (dq, dk, dv) of the case's cotangents (:mod:`.vjp`) with
+those of ``oracle_vjp`` changed the same way; one that needs "sink" runs with the sinks
+:func:`sinks` (spec 1.3). :func:`diagnose` calls the backend on each case that its claims allow,
+and names the first mistake whose results the backend matches, and not the oracle's, within
+:func:`agrees`. A few dozen calls on tiny arrays: run only when a backend failed.
 
-Axis legend: B batch, h heads, L_q / L_k query / key lengths, d_k / d_v per-head widths,
-d_model / d_out model widths; SDPA arrays (B, h, L, d), MHA arrays (B, L, d_model).
+Axis legend: B batch, h heads, g key/value heads, L_q / L_k query / key lengths, d_k / d_v
+per-head widths, d_model / d_out model widths; SDPA arrays (B, h, L, d), MHA arrays (B, L, d_model).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from mhaspec.spec import oracle
+from mhaspec.spec import oracle, oracle_vjp
 
-from . import features, harness
+from . import features, harness, vjp
 from .strategies import CaseSpec
 
 #: SDPA: d_v != d_k and L_q != L_k, logits large enough that the scale matters
@@ -56,6 +58,11 @@ NO_KEYS = SDPA._replace(len_k=0)
 WINDOW = SDPA._replace(len_q=5, window=(1, 0), alignment="top_left")
 ALIBI = SDPA._replace(alibi="geometric", alignment="top_left")
 SEGMENTS = SDPA._replace(len_q=5, segments="packed")
+#: spec 1.3: four query heads in two groups of two (GRAD-4)
+GROUPED = SDPA._replace(heads=4, kv_heads=2)
+KEY_PADDED = SDPA._replace(key_padding=True)
+#: with an lse: the backward pass's case gets an lse cotangent (GRAD-8), the forward an lse
+LSE = SDPA._replace(lse=True)
 #: MHA: d_model = h * d_k = h * d_v = d_out, so a transposed W_q or a skipped W_o still runs
 MHA = CaseSpec(batch=2, heads=2, len_q=3, len_k=5, d_k=4, d_v=4, d_model=8, k_dim=8, v_dim=8,
                d_out=8, logit_scale=3.0, seed=12)
@@ -65,8 +72,8 @@ SHARED_KV = MHA._replace(extreme="shared:key=value")
 class Signature(NamedTuple):
     """One known mistake: ``says`` (one line: what the backend does, ending with its clauses),
     the operation and case it shows on, the capabilities the case needs, and ``expect(case)``:
-    the (output, weights) or (output, weights, lse) the mistake gives on the case's arrays (None
-    where it says nothing)."""
+    the (output, weights) or (output, weights, lse) the mistake gives on the case's arrays, or
+    with "attention_vjp" in ``needs`` its gradients (dq, dk, dv) (None where it says nothing)."""
 
     says: str
     op: str
@@ -173,6 +180,62 @@ def _strict_causal(case) -> tuple:
     diagonal = len_k - len_q if case.spec.causal == "bottom_right" else 0
     allowed = np.arange(len_k)[None, :] < np.arange(len_q)[:, None] + diagonal
     return _oracle(case, "sdpa", causal=None, mask=allowed)
+
+
+def sinks(case) -> np.ndarray:
+    """The sinks (h,) of a signature that needs "sink": :func:`vjp.sinks_of` at scale 1, logits
+    of the size of the case's own."""
+    return vjp.sinks_of(case, 1.0)
+
+
+def _oracle_vjp(case, *, heads=None, d_lse: bool = True, **changes) -> tuple:
+    """The oracle's (dq, dk, dv) for the case's cotangents (:func:`vjp.cotangents`; an lse
+    cotangent when the case asks for the lse and ``d_lse``) with ``changes`` to its keyword
+    arguments; ``heads`` (h,) weighs each query head's cotangents."""
+    d_out, dl = vjp.cotangents(case, case.spec.lse and d_lse)
+    if heads is not None:
+        d_out = d_out * heads[None, :, None, None]
+        dl = None if dl is None else dl * heads[None, :, None]
+    res = oracle_vjp.attention_vjp(case.q, case.k, case.v, d_out, d_lse=dl,
+                                   **{**vjp.kwargs_of(case), **changes})
+    return res.dq, res.dk, res.dv
+
+
+def _first_head_of_each_group(case) -> tuple:
+    """The oracle's dq; dk and dv of each key/value head from the first query head of its group
+    only."""
+    h, g = case.q.shape[1], case.k.shape[1]
+    first = (np.arange(h) % (h // g) == 0).astype(np.float64)
+    return _oracle_vjp(case)[0], *_oracle_vjp(case, heads=first)[1:]
+
+
+def _textbook_vjp(case, *, delta=lambda d: d, cap_derivative: bool = True) -> tuple:
+    """(dq, dk, dv) of the case's call without a cache from the oracle's weights P:
+    dS = P (dO V^T - delta(D)) with D = rowsum(dO * O), dX = dS (1 - tanh^2(X / c)) (dS without
+    soft-capping or ``cap_derivative``), dQ = s dX K, dK = s dX^T Q and dV = P^T dO summed over
+    each group."""
+    p = oracle.attention_problem(case.q, case.k, case.v, **vjp.kwargs_of(case))
+    d_out, _ = vjp.cotangents(case)
+    b, h, _, _ = p.q.shape
+    g, len_k = p.k.shape[1], p.k.shape[2]
+    k, v = (np.repeat(x, h // g, axis=1) for x in (p.k, p.v))
+    probs = harness.oracle_result(case, "sdpa").weights
+    d_rows = delta(np.sum(d_out * (probs @ v), axis=-1))
+    d_x = probs * (d_out @ np.swapaxes(v, -1, -2) - d_rows[..., None])
+    if p.softcap is not None and cap_derivative:
+        d_x = d_x * (1 - np.tanh(p.scale * (p.q @ np.swapaxes(k, -1, -2)) / p.softcap) ** 2)
+
+    def per_group(x):
+        return x.reshape(b, g, h // g, len_k, -1).sum(axis=2)
+
+    return (p.scale * (d_x @ k), per_group(p.scale * (np.swapaxes(d_x, -1, -2) @ p.q)),
+            per_group(np.swapaxes(probs, -1, -2) @ d_out))
+
+
+def _sink_in_every_logit(case) -> tuple:
+    """The sink added to every logit: the softmax of the call without sinks, its lse + sink."""
+    res = harness.oracle_result(case, "sdpa")
+    return res.out, None, res.lse + sinks(case)[None, :, None]
 
 
 def _params(case, **changes) -> tuple:
@@ -376,7 +439,43 @@ SIGNATURES = {
         "returns the log-sum-exp over every key of the row: the masks reach the output but not "
         "the lse (LSE-1)", "sdpa", WITH_LSE, frozenset({"masks", "lse"}),
         lambda c: (None, None, harness.oracle_result(c, "sdpa", mask=None).lse)),
+    "grad-group-first-head": Signature(
+        "the gradient agrees with dk and dv taken from the first query head of each group only: "
+        "they are not summed over the group (GRAD-4)", "sdpa", GROUPED,
+        frozenset({"attention_vjp", "gqa"}), _first_head_of_each_group),
+    "grad-softcap-derivative": Signature(
+        "the gradient agrees with dX = dS: the soft-cap's derivative 1 - tanh^2(X / c) is "
+        "dropped (GRAD-5)", "sdpa", SOFTCAP, frozenset({"attention_vjp", "masks", "softcap"}),
+        lambda c: _textbook_vjp(c, cap_derivative=False)),
+    "grad-window-left": Signature(
+        "the gradient agrees with the oracle's at window (left + 1, right): the backward pass's "
+        "window is one key wider than the forward's (GRAD-6)", "sdpa", WINDOW,
+        frozenset({"attention_vjp", "window"}),
+        lambda c: _oracle_vjp(c, window=(c.spec.window[0] + 1, c.spec.window[1]))),
+    "grad-padded-keys": Signature(
+        "the gradient agrees with the oracle's without the key padding: padded keys receive "
+        "gradient, where it must be exactly 0 (GRAD-7)", "sdpa", KEY_PADDED,
+        frozenset({"attention_vjp", "masks"}), lambda c: _oracle_vjp(c, key_padding_mask=None)),
+    "grad-delta-float16": Signature(
+        "the gradient agrees with D = rowsum(dO * O) rounded to float16: D is kept in half "
+        "precision, not float32 or better (GRAD-3)", "sdpa", SDPA, frozenset({"attention_vjp"}),
+        lambda c: _textbook_vjp(c, delta=lambda d: d.astype(np.float16).astype(d.dtype))),
+    "grad-lse-cotangent": Signature(
+        "the gradient agrees with the oracle's without the lse cotangent: d_lse is ignored, "
+        "where it adds d_lse * P to dS (GRAD-8)", "sdpa", LSE,
+        frozenset({"attention_vjp", "lse"}), lambda c: _oracle_vjp(c, d_lse=False)),
+    "sink-in-numerator": Signature(
+        "agrees with the sink added to every logit: the softmax ignores it and the lse is "
+        "shifted by it, where it joins the denominator only (SINK-1)", "sdpa", LSE,
+        frozenset({"sink", "lse"}), _sink_in_every_logit),
+    "sink-not-in-lse": Signature(
+        "returns the lse without the sink: the sink joins the softmax but not the log-sum-exp "
+        "(SINK-1)", "sdpa", LSE, frozenset({"sink", "lse"}),
+        lambda c: (None, None, harness.oracle_result(c, "sdpa").lse)),
 }
+
+#: the gradients a signature that needs "attention_vjp" compares, in its ``expect``'s order
+GRADIENTS = ("q", "k", "v")
 
 
 def agrees(got, expected, dtype: str) -> bool:
@@ -400,17 +499,30 @@ def _matches(impl: harness.Impl, signature: Signature) -> bool | None:
         return None  # the backend does not claim what the case needs
     case = impl.case(signature.spec, signature.op)
     try:
-        got = harness.run(impl, signature.op, case)
+        got, ref = _outcomes(impl, signature, case)
     except Exception:  # noqa: BLE001 - a call that raises shows nothing here
         return None
-    want = signature.expect(case)
-    ref = harness.oracle_result(case, signature.op)
-    parts = zip((got.out, got.weights, got.lse), want, (ref.out, ref.weights, ref.lse))
+    parts = zip(got, signature.expect(case), ref)
     parts = [(g, w, r) for g, w, r in parts if w is not None]
     if not parts or any(g is None for g, _, _ in parts):
         return None
     return (all(agrees(g, w, impl.dtype) for g, w, _ in parts)
             and not all(agrees(g, r, impl.dtype) for g, _, r in parts))
+
+
+def _outcomes(impl: harness.Impl, signature: Signature, case) -> tuple[tuple, tuple]:
+    """The backend's results on the signature's case and the oracle's, in ``expect``'s order:
+    (output, weights, lse), or the gradients :data:`GRADIENTS` when it needs "attention_vjp"
+    (with an lse cotangent when the case asks for the lse); with :func:`sinks` when it needs
+    "sink"."""
+    extra = {"sinks": sinks(case)} if "sink" in signature.needs else {}
+    if "attention_vjp" in signature.needs:
+        opts = dict(d_lse=case.spec.lse, **extra)
+        got, ref = vjp.run(impl, case, **opts), vjp.oracle_grads(case, "float64", **opts)
+        return tuple(got.get(n) for n in GRADIENTS), tuple(ref[n] for n in GRADIENTS)
+    got = harness.run(impl, signature.op, case, **extra)
+    ref = harness.oracle_result(case, signature.op, **extra)
+    return (got.out, got.weights, got.lse), (ref.out, ref.weights, ref.lse)
 
 
 def probe_cell(backend) -> harness.Impl | None:

@@ -74,9 +74,18 @@ NAMED = {
     "BIAS_MERGED_WITH_FINFO_MIN": "mean of V when a bias is present",
     "CAUSAL_SKIPPED_FOR_ONE_QUERY": "skipped for a single query",
     "KEY_PADDING_AS_FINFO_MIN_BIAS": "keys are all padded gives the mean of V",
+    "GROUP_GRADIENT_FIRST_HEAD_ONLY": "first query head of each group only",
+    "SOFTCAP_DERIVATIVE_DROPPED": "derivative 1 - tanh^2(X / c) is dropped",
+    "WINDOW_WIDER_IN_THE_BACKWARD": "backward pass's window is one key wider",
+    "GRADIENT_INTO_PADDED_KEYS": "padded keys receive gradient",
+    "DELTA_IN_HALF_PRECISION": "rounded to float16",
+    "LSE_COTANGENT_IGNORED": "d_lse is ignored",
+    "SINK_ADDED_TO_EVERY_LOGIT": "sink added to every logit",
+    "SINK_LEFT_OUT_OF_THE_LSE": "lse without the sink",
 }
-#: the share of the catalogue named correctly (55 of 55 when measured; 44 of 55 before the
-#: signatures of the spec 1.2 chapters, the large-logit cases and the mask-vs-bias check)
+#: the share of the catalogue named correctly (63 of 63 when measured; 55 of 63 before the
+#: signatures of the spec 1.3 backward pass and sinks; 44 of 55 before the signatures of the spec
+#: 1.2 chapters, the large-logit cases and the mask-vs-bias check)
 RATE = 55 / 55
 
 
@@ -133,6 +142,24 @@ def test_a_declared_deviation_is_not_diagnosed_as_the_bug():
 def test_a_declared_mask_vs_bias_deviation_is_not_diagnosed():
     backend = broken_backends.MaskMeanOfVDeclaredBiasZero("declared-both")
     backend.deviations = {**backend.deviations, "MASK-11": "the bias form gives 0"}
+    assert diagnosis.diagnose(backend) is None
+
+
+#: the spec 1.3 entries and the capability their signature needs the backend to claim
+SPEC_1_3_CLAIMS = {"GROUP_GRADIENT_FIRST_HEAD_ONLY": "attention_vjp",
+                   "SOFTCAP_DERIVATIVE_DROPPED": "attention_vjp",
+                   "WINDOW_WIDER_IN_THE_BACKWARD": "attention_vjp",
+                   "GRADIENT_INTO_PADDED_KEYS": "attention_vjp",
+                   "DELTA_IN_HALF_PRECISION": "attention_vjp",
+                   "LSE_COTANGENT_IGNORED": "attention_vjp",
+                   "SINK_ADDED_TO_EVERY_LOGIT": "sink", "SINK_LEFT_OUT_OF_THE_LSE": "sink"}
+
+
+@pytest.mark.parametrize("attr", sorted(SPEC_1_3_CLAIMS))
+def test_a_backend_that_does_not_claim_the_backward_pass_or_sinks_is_not_probed(attr):
+    """Without the claim the broken backward pass or sink is never called: no diagnosis."""
+    backend = type(getattr(broken_backends, attr))(f"unclaimed-{attr.lower()}")
+    backend.capabilities = frozenset(backend.capabilities) - {SPEC_1_3_CLAIMS[attr]}
     assert diagnosis.diagnose(backend) is None
 
 
