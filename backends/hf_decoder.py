@@ -53,7 +53,7 @@ from . import masks as mask_forms  # noqa: E402
 from ._base import AttentionOutputs  # noqa: E402
 from .adapters import MaskArgs, TorchAdapter  # noqa: E402
 from .cache_layout import LibraryCache  # noqa: E402
-from .torch_backend import _torch  # noqa: E402
+from .optional import torch_module  # noqa: E402
 
 
 @functools.cache
@@ -117,7 +117,7 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
                                                                             additive=additive)
         if not self.translates("mask-form"):
             return allowed  # the spec's boolean as it is: added as 0 / 1 (what the op does)
-        blocked = mask_forms.fill_blocked(allowed, like=like, fill=_torch().finfo(like.dtype).min)
+        blocked = mask_forms.fill_blocked(allowed, like=like, fill=torch_module().finfo(like.dtype).min)
         return blocked if additive is None else additive + blocked
 
     def attention(self, q, k, v, m: MaskArgs):
@@ -128,20 +128,19 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
         function = _hf()[1][self.implementation]
         extra = ({"softcap": None if m.softcap is None else float(m.softcap)}
                  if self.implementation == "eager" else {"is_causal": False})
-        with _torch().no_grad():
+        with torch_module().no_grad():
             out, weights = function(_Module(q.shape[1] // k.shape[1], q.shape[3]), q, k, v,
                                     attention_mask, dropout=0.0, scaling=m.scale, **extra)
         return out.transpose(1, 2), weights
 
     # -- KV cache (CACHE): a DynamicCache -------------------------------------------------------
-    def _sdpa_features(self, q, k, v, m: MaskArgs, feats):
+    def _sdpa(self, q, k, v, m: MaskArgs, feats):
         if not feats.cached or feats.lse:
-            return super()._sdpa_features(q, k, v, m, feats)
+            return super()._sdpa(q, k, v, m, feats)
         len_q, len_k = q.shape[2], k.shape[2]
         plan = _features.plan(feats, batch=q.shape[0], len_q=len_q, len_k=len_k, causal=m.causal)
         folded = self._feature_masks(q, m, feats, plan, len_q, feats.len_past + len_k)
-        res = self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index)
-        return self._outputs(feats, res, len_k, q)
+        return self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index)
 
     def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index):
         """The function over a ``DynamicCache`` holding ``past_key`` (B, g, L_past, d_k) and
@@ -153,8 +152,8 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
         keys, values = cache.update(k, v, 0)
         attention_mask = self._attention_mask(q.shape[2], keys.shape[2], q, m)
         if index is not None:
-            blocked = (False if attention_mask.dtype == _torch().bool else
-                       _torch().finfo(q.dtype).min if self.implementation == "eager" else -math.inf)
+            blocked = (False if attention_mask.dtype == torch_module().bool else
+                       torch_module().finfo(q.dtype).min if self.implementation == "eager" else -math.inf)
             attention_mask = self.to_library_layout(attention_mask, index, blocked)
         out, weights = self._function(q, keys, values, m, attention_mask)
         if index is not None:

@@ -55,8 +55,8 @@ require("transformers", extra="hf")
 from . import layouts  # noqa: E402
 from . import masks as mask_forms  # noqa: E402
 from ._base import MHAParams  # noqa: E402
-from .adapters import MaskArgs, TorchAdapter  # noqa: E402
-from .torch_backend import _torch  # noqa: E402
+from .adapters import PROJECTIONS, MaskArgs, TorchAdapter  # noqa: E402
+from .optional import torch_module  # noqa: E402
 
 _SHAPE_4 = ("B = 0, L_q = 0 or L_k = 0 fails: BertSelfAttention.forward views each projection as "
             "(B, L, -1, d_k), and -1 is ambiguous for 0 elements (RuntimeError 'cannot reshape "
@@ -100,7 +100,7 @@ class HFBertSelfAttention(TorchAdapter):
     def module(self, p: MHAParams, num_heads: int, like):
         """A ``BertSelfAttention`` in eval mode holding ``W_q``, ``W_k``, ``W_v`` and their biases
         (PARAM-1; ``W_o``, ``b_o`` are not part of it)."""
-        torch = _torch()
+        torch = torch_module()
         config_cls, attention_cls, _, _ = _bert()
         d_model, hd_k = p.w_q.shape
         k_dim, v_dim = p.w_k.shape[0], p.w_v.shape[0]
@@ -132,14 +132,14 @@ class HFBertSelfAttention(TorchAdapter):
         if self.implementation == "eager" and self.translates("mask-form"):
             # 0 / finfo.min, as Transformers builds it
             blocked = mask_forms.fill_blocked(allowed, like=like,
-                                              fill=_torch().finfo(like.dtype).min)
+                                              fill=torch_module().finfo(like.dtype).min)
             return blocked if additive is None else additive + blocked
         if additive is None:  # sdpa: the boolean, as Transformers passes it
             return allowed
         return mask_forms.fill_blocked(allowed, like=like, additive=additive)
 
     def mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
-        torch = _torch()
+        torch = torch_module()
         d_k = p.w_q.shape[1] // num_heads
         if not mask_forms.is_default_scale(masks.scale, d_k):
             self.unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
@@ -149,7 +149,7 @@ class HFBertSelfAttention(TorchAdapter):
             mod = self.module(p, num_heads, query)
             attention_mask = self._attention_mask(len_q, len_k, query, masks)
             out, weights = self.attend(mod, query, key, value, attention_mask)
-            return self._linear(out, p.w_o, p.b_o), weights
+            return PROJECTIONS.linear(self, out, p.w_o, p.b_o), weights
 
     def attend(self, mod, query, key, value, attention_mask):
         """``BertSelfAttention.forward`` with keys and values projected from ``key`` and
