@@ -55,14 +55,14 @@ require("transformers", extra="hf")
 from . import layouts  # noqa: E402
 from . import masks as mask_forms  # noqa: E402
 from ._base import MHAParams  # noqa: E402
-from .adapters import PROJECTIONS, MaskArgs, TorchAdapter  # noqa: E402
+from .adapters import PROJECTIONS, MaskArgs  # noqa: E402
+from .hf_common import (EAGER_DEVIATIONS, MASK_13, MASK_FORM, SDPA_NUM_6,  # noqa: E402
+                        TransformersAdapter)
 from .optional import torch_module  # noqa: E402
 
 _SHAPE_4 = ("B = 0, L_q = 0 or L_k = 0 fails: BertSelfAttention.forward views each projection as "
             "(B, L, -1, d_k), and -1 is ambiguous for 0 elements (RuntimeError 'cannot reshape "
             "tensor of 0 elements')")
-_MASK_13 = ("a NaN or inf key behind the attention mask leaks into the rows that exclude it (the "
-            "mask is added to the logits, and NaN + {fill} is NaN)")
 
 
 @functools.cache
@@ -76,26 +76,13 @@ def _bert():
             modeling_bert.eager_attention_forward)
 
 
-class HFBertSelfAttention(TorchAdapter):
+class HFBertSelfAttention(TransformersAdapter):
     """``BertSelfAttention`` with one attention implementation behind the spec's multi-head
     attention; ``implementation``: "eager" or "sdpa"."""
 
-    framework = "transformers"
-
-    def __init__(self, name: str, implementation: str, *, capabilities: frozenset,
-                 deviations: dict, conventions: dict):
-        self.implementation = implementation
-        self.native_op = (f"transformers BertSelfAttention (attn_implementation="
-                          f"{implementation!r})")
-        self.capabilities = capabilities
-        self.deviations = deviations
-        self.conventions = conventions
-        super().__init__(name)
-
-    def framework_version(self) -> str:
-        import transformers
-
-        return transformers.__version__
+    def __init__(self, name: str, implementation: str, **claims):
+        super().__init__(name, implementation, native_op=f"transformers BertSelfAttention "
+                         f"(attn_implementation={implementation!r})", **claims)
 
     def module(self, p: MHAParams, num_heads: int, like):
         """A ``BertSelfAttention`` in eval mode holding ``W_q``, ``W_k``, ``W_v`` and their biases
@@ -168,24 +155,10 @@ _CAPABILITIES = frozenset({"mha", "masks", "bias", "legacy_mask", "causal", "err
 
 EAGER = HFBertSelfAttention(
     "hf-bert-eager", "eager", capabilities=_CAPABILITIES | {"weights"},
-    deviations={
-        "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
-                  "finfo(dtype).min, so the row's softmax is uniform)",
-        "MASK-11": "a fully masked row differs between mask=M (the mean of V: finfo.min logits) "
-                   "and bias=where(M, 0, -inf) (NaN: every logit -inf); rows with an allowed key "
-                   "agree",
-        "MASK-13": _MASK_13.format(fill="finfo(dtype).min"),
-        "SHAPE-4": _SHAPE_4,
-    },
-    conventions={"mask-form": (
-        "MASK-1", "attention_mask is added to the logits: 0 where a key may be attended, "
-                  "finfo(dtype).min elsewhere; the adapter builds it from the spec's booleans")})
+    deviations={**EAGER_DEVIATIONS, "MASK-13": MASK_13.format(fill="finfo(dtype).min"),
+                "SHAPE-4": _SHAPE_4},
+    conventions=MASK_FORM)
 SDPA = HFBertSelfAttention(
     "hf-bert-sdpa", "sdpa", capabilities=_CAPABILITIES,
-    deviations={
-        "SHAPE-4": _SHAPE_4,
-        "MASK-13": _MASK_13.format(fill="-inf"),
-        "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN (torch's "
-                 "fused CPU kernel treats it like a fully masked row)",
-    },
+    deviations={"SHAPE-4": _SHAPE_4, "MASK-13": MASK_13.format(fill="-inf"), "NUM-6": SDPA_NUM_6},
     conventions={})
