@@ -236,10 +236,10 @@ class ArrayBackend(ArrayPrimitives, Backend):
         g = num_heads if num_kv_heads is None else num_kv_heads
         return self._algorithm.mha(self, query, key, value, p, num_heads, masks, g, lse, cache)
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse: bool = False):
+    def _attend(self, q, k, v, allowed, additive, masks: MaskArgs, lse: bool = False):
         """The attention kernel over the last two axes (:func:`.algorithms.attend`) -> (out,
         weights, lse or None); both algorithms call it."""
-        return algorithms.attend(self, q, k, v, allowed, additive, scale, softcap, lse)
+        return algorithms.attend(self, q, k, v, allowed, additive, masks, lse)
 
     # -- features and masks ------------------------------------------------------------------------
     def _fold(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
@@ -294,8 +294,8 @@ class ArrayBackend(ArrayPrimitives, Backend):
 
     def _canonical_masks(self, like, full, masks: MaskArgs) -> MaskArgs:
         """All masking as full (B, h, L_q, L_k) arrays: one boolean mask (key padding and causal
-        folded in, so both become None) and one bias (zeros when absent, ALiBi added); the scale
-        and soft-cap are kept.
+        folded in, so both become None) and one bias (zeros when absent, ALiBi added); the other
+        fields (the scale, the soft-cap) are kept.
         Compiled variants call this before compiling so that every call of one shape and dtype has
         the same signature and compiles once."""
         allowed = self._combine_masks(full[2], full[3], like, masks.mask, masks.key_padding_mask,
@@ -303,10 +303,11 @@ class ArrayBackend(ArrayPrimitives, Backend):
         ones = self._constant(np.ones(full, dtype=bool), like)
         zeros = self._full(full, 0.0, like)
         bias = zeros if masks.bias is None else zeros + masks.bias
-        return MaskArgs(mask=ones if allowed is None else ones & allowed,
-                        bias=bias if masks.alibi is None else bias + masks.alibi,
-                        legacy_mask=None if masks.legacy_mask is None else zeros + masks.legacy_mask,
-                        scale=masks.scale, softcap=masks.softcap)
+        return masks._replace(
+            mask=ones if allowed is None else ones & allowed,
+            bias=bias if masks.alibi is None else bias + masks.alibi,
+            legacy_mask=None if masks.legacy_mask is None else zeros + masks.legacy_mask,
+            key_padding_mask=None, causal=None, alibi=None)
 
     def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
         allowed = mask

@@ -16,8 +16,9 @@ that backend (``ops``: its primitives, :class:`~.primitives.ArrayPrimitives`, it
 ``ops._attend`` (:func:`attend` by default) and its mask composition) first. Every call is a
 spec 1.2 call: ``masks`` (``MaskArgs``) carries the soft-cap and ALiBi when given, ``lse`` asks for
 the log-sum-exp, ``cache`` holds a KV cache; a spec 1.1 call leaves them at None / False. A new
-feature is one more argument of :meth:`Batched.attention` / :meth:`Batched.mha` and of the same
-two methods of :class:`PerHead`, and of the kernel when it changes the logits.
+feature that shapes the logits is a field of ``MaskArgs`` read by :func:`attend` (and cut per
+head in :meth:`PerHead._heads` when it has a head axis); one that changes what is computed around
+attention is a step of :meth:`Batched.mha` and of :meth:`PerHead.mha`.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ class Cache(NamedTuple):
     index: Any = None
 
 
-def attend(ops, q, k, v, allowed, additive, scale, softcap=None, lse: bool = False):
+def attend(ops, q, k, v, allowed, additive, masks, lse: bool = False):
     """Attention over the last two axes (any leading axes): q (..., L_q, d_k), k (..., L_k, d_k),
     v (..., L_k, d_v); ``allowed`` boolean broadcastable to (..., L_q, L_k) or None; ``additive``
-    terms added to the logits; the soft-cap c (None: none) applied after the scale and before the
+    terms added to the logits (``allowed`` and ``additive`` are the call's masks, cut per head by
+    :class:`PerHead`); from ``masks`` (``MaskArgs``) the kernel reads what shapes the logits
+    besides them: ``scale``, and ``softcap`` c (None: none) applied after the scale and before the
     additive terms and masks (SOFTCAP-1) -> (out (..., L_q, d_v), weights (..., L_q, L_k),
     lse (..., L_q) or None): with ``lse``, the per-row log-sum-exp of the final logits over the
     allowed keys, -inf for an empty row (LSE-1)."""
@@ -59,9 +62,9 @@ def attend(ops, q, k, v, allowed, additive, scale, softcap=None, lse: bool = Fal
             return out, logits, None
         zeros = ops._sum_last(logits)
         return out, logits, _drop_last(ops, ops._where(zeros != 0, zeros, -np.inf))
-    logits = ops._imul(logits, scale)
-    if softcap is not None:
-        logits = soft_cap(ops, logits, softcap)
+    logits = ops._imul(logits, masks.scale)
+    if masks.softcap is not None:
+        logits = soft_cap(ops, logits, masks.softcap)
     for term in additive:
         logits = ops._iadd(logits, term)
     if allowed is not None:
@@ -134,7 +137,7 @@ class Batched:
         group = ops._shape(q)[1] // ops._shape(k)[1]
         if group > 1:
             k, v = _repeat_heads(ops, k, group), _repeat_heads(ops, v, group)
-        return ops._attend(q, k, v, allowed, additive, masks.scale, masks.softcap, lse)
+        return ops._attend(q, k, v, allowed, additive, masks, lse)
 
     def mha(self, ops, query, key, value, p, num_heads: int, masks, g: int, lse: bool = False,
             cache: Cache | None = None):
@@ -247,8 +250,7 @@ class PerHead:
         outs, weights, lses = [], [], []
         for i in range(num_heads):
             o, w, row_lse = ops._attend(*head_inputs(i), _head(allowed, i),
-                                        [_head(t, i) for t in additive], masks.scale,
-                                        masks.softcap, lse)
+                                        [_head(t, i) for t in additive], masks, lse)
             outs.append(o)
             weights.append(w)
             lses.append(row_lse)

@@ -24,8 +24,9 @@ class _Broken(NumpyBackend):
 class WrongScale(_Broken):
     """Scales logits by 1/d_k instead of 1/sqrt(d_k) (and squares a given scale)."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        return super()._attend(q, k, v, allowed, additive, scale * scale, softcap, lse)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return super()._attend(q, k, v, allowed, additive,
+                               masks._replace(scale=masks.scale * masks.scale), lse)
 
 
 class SoftmaxOverQueries(_Broken):
@@ -144,24 +145,25 @@ class ScaleFromDv(_Broken):
 class ScaleAfterSoftmax(_Broken):
     """Applies the scale to the weights after the softmax instead of to the logits."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        _, weights, _ = super()._attend(q, k, v, allowed, additive, 1.0, softcap)
-        weights = weights * scale
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        _, weights, _ = super()._attend(q, k, v, allowed, additive, masks._replace(scale=1.0))
+        weights = weights * masks.scale
         return np.matmul(weights, v), weights, None
 
 
 class NoMaxSubtraction(_Broken):
     """Softmax without subtracting the row maximum: exp overflows at large logits (NUM-4)."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        return (*_plain_attend(q, k, v, allowed, additive, scale, subtract_max=False), None)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return (*_plain_attend(q, k, v, allowed, additive, masks.scale, subtract_max=False),
+                None)
 
 
 class SoftmaxThenMaskRenormalised(_Broken):
     """Softmax over all keys ignoring the masks, then masked weights zeroed and rows renormalised."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        _, weights, _ = super()._attend(q, k, v, None, additive, scale, softcap)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        _, weights, _ = super()._attend(q, k, v, None, additive, masks)
         if allowed is not None:
             weights = np.where(allowed, weights, 0.0)
             total = np.sum(weights, axis=-1, keepdims=True)
@@ -182,8 +184,8 @@ class FiniteMaskValueZeroRows(FiniteMaskValue):
     """-1e4 instead of -inf, with fully masked rows zeroed explicitly: right on MASK-9, but masked
     keys still take the weight when every allowed logit of a row is below -1e4."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        out, w, row_lse = super()._attend(q, k, v, allowed, additive, scale, softcap, lse)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
         if allowed is not None:
             empty = ~np.broadcast_to(allowed, w.shape).any(axis=-1, keepdims=True)
             w = np.where(empty, 0, w).astype(w.dtype)
@@ -202,9 +204,9 @@ class MaskFilledWithZero(_Broken):
 class WeightsBeforeMasking(_Broken):
     """Output is masked, but the returned weights are the softmax before masking."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        out, _, row_lse = super()._attend(q, k, v, allowed, additive, scale, softcap, lse)
-        return out, super()._attend(q, k, v, None, additive, scale, softcap)[1], row_lse
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, _, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
+        return out, super()._attend(q, k, v, None, additive, masks)[1], row_lse
 
 
 class CausalAlignmentSwapped(_Broken):
@@ -256,9 +258,8 @@ class BiasSubtracted(_Broken):
 class BiasBeforeScaling(_Broken):
     """Adds the bias (and legacy mask) to Q K^T before scaling: softmax(scale * (Q K^T + bias))."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        return super()._attend(q, k, v, allowed, [t * scale for t in additive], scale, softcap,
-                               lse)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return super()._attend(q, k, v, allowed, [t * masks.scale for t in additive], masks, lse)
 
 
 class LegacyMaskPolarityFlipped(_Broken):
@@ -295,9 +296,9 @@ class MaskMeanOfVDeclaredBiasZero(FullyMaskedRowsUniform):
 class FullyMaskedRowsNaN(_Broken):
     """Textbook softmax with no guard: a fully masked row gives exp(-inf - -inf) = NaN."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (*_plain_attend(q, k, v, allowed, additive, scale), None)
+            return (*_plain_attend(q, k, v, allowed, additive, masks.scale), None)
 
 
 class CombineHeadsWithoutTranspose(_Broken):
@@ -400,26 +401,26 @@ class BooleanMaskAddedAsMinusInf(_Broken):
 class OutputNanToNum(_Broken):
     """Sanitises the result with nan_to_num: NaN inputs give finite garbage instead of NaN."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        out, w, row_lse = super()._attend(q, k, v, allowed, additive, scale, softcap, lse)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
         return np.nan_to_num(out), np.nan_to_num(w), row_lse
 
 
 class EmptyKeysRejected(_Broken):
     """Takes the row maximum with an empty reduction: L_k = 0 raises instead of giving zeros."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         logits = np.matmul(q, np.swapaxes(k, -1, -2))
         np.max(logits, axis=-1)  # ValueError: zero-size array to reduction operation
-        return super()._attend(q, k, v, allowed, additive, scale, softcap, lse)
+        return super()._attend(q, k, v, allowed, additive, masks, lse)
 
 
 class TinyQueriesTreatedAsPadding(_Broken):
     """Treats query rows below the smallest normal number as padding and zeroes their output (a
     "skip empty rows" shortcut): subnormal queries must still attend (their logits are ~0)."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        out, w, row_lse = super()._attend(q, k, v, allowed, additive, scale, softcap, lse)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
         pad = np.max(np.abs(q), axis=-1, keepdims=True) < np.finfo(q.dtype).tiny
         return (np.where(pad, 0, out).astype(out.dtype), np.where(pad, 0, w).astype(w.dtype),
                 row_lse)
@@ -459,9 +460,9 @@ class Float64ThroughFloat32(_Broken):
     """Rounds the scale through float32 in every dtype (ONNX Runtime's float64 Attention does):
     float64 results with errors ~1e-8, float32's size."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
-        return super()._attend(q, k, v, allowed, additive, float(np.float32(scale)), softcap,
-                               lse)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return super()._attend(q, k, v, allowed, additive,
+                               masks._replace(scale=float(np.float32(masks.scale))), lse)
 
 
 class BiasMergedWithFinfoMin(_Broken):
@@ -469,11 +470,11 @@ class BiasMergedWithFinfoMin(_Broken):
     libraries use when a bias is present; without a bias, -inf and the guarded softmax): a fully
     masked row gets uniform weights, the mean of V, only when a bias is present (MASK-9)."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         if not additive or allowed is None:
-            return super()._attend(q, k, v, allowed, additive, scale, softcap, lse)
+            return super()._attend(q, k, v, allowed, additive, masks, lse)
         merged = np.where(allowed, sum(additive), np.finfo(q.dtype).min).astype(q.dtype)
-        return super()._attend(q, k, v, None, [merged], scale, softcap, lse)
+        return super()._attend(q, k, v, None, [merged], masks, lse)
 
 
 class CausalSkippedForOneQuery(_Broken):
@@ -632,10 +633,10 @@ class Float32SoftmaxInFloat64(_Broken):
     """Computes the attention (logits, softmax, weights times V) in float32 whatever the input
     dtype and casts back: float64 results with float32 accuracy; float32 is right."""
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         low = [np.asarray(t).astype(np.float32) for t in additive]
         out, w, row_lse = super()._attend(q.astype(np.float32), k.astype(np.float32),
-                                          v.astype(np.float32), allowed, low, scale, softcap, lse)
+                                          v.astype(np.float32), allowed, low, masks, lse)
         return out.astype(q.dtype), w.astype(q.dtype), \
             None if row_lse is None else row_lse.astype(q.dtype)
 
@@ -648,10 +649,10 @@ class ValueWidthMustEqualKeyWidth(_Broken):
             raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
         return super().scaled_dot_product_attention(q, k, v, **kw)
 
-    def _attend(self, q, k, v, allowed, additive, scale, softcap=None, lse=False):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         if v.shape[-1] != q.shape[-1]:
             raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
-        return super()._attend(q, k, v, allowed, additive, scale, softcap, lse)
+        return super()._attend(q, k, v, allowed, additive, masks, lse)
 
 
 WRONG_SCALE = WrongScale("broken-wrong-scale")
