@@ -53,8 +53,8 @@ import copy
 
 from ._base import AttentionOutputs, MHAParams
 from ._generic import MaskArgs
-from .algorithms import ALGORITHMS, Algorithm
 from ._validate import REJECTION_CLAUSES, Arg, Dims, Features, sdpa_dims
+from .algorithms import ALGORITHMS, Algorithm
 from .jax_backend import JaxBackend
 from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
