@@ -242,16 +242,17 @@ def soak(session: nox.Session) -> None:
 def mutation(session: nox.Session) -> None:
     """Mutation testing of the NumPy backend with mutmut 2.
 
-    ``backends/np_backend.py`` and the shared algorithms in ``backends/_generic.py``: each mutant is
-    killed when the conformance suite on numpy-batched and numpy-perhead (triage profile, stop at
-    the first failure) fails. mutmut edits the files in place and restores them; run it on a clean
-    checkout. ``mutmut results`` and ``mutmut show N`` then list the survivors (docs: mutation
-    testing)."""
+    ``backends/np_backend.py``, the shared algorithms in ``backends/algorithms.py`` and the
+    validated front door in ``backends/_generic.py``: each mutant is killed when the conformance
+    suite on numpy-batched and numpy-perhead (triage profile, stop at the first failure) fails.
+    mutmut edits the files in place and restores them; run it on a clean checkout.
+    ``mutmut results`` and ``mutmut show N`` then list the survivors (docs: mutation testing)."""
     install(session)
     session.install("mutmut<3")
     runner = ("sh -c 'python -m pytest --pyargs mhaspec.conformance --backend numpy-batched "
               "--backend numpy-perhead --mhaspec-profile triage -x -q -p no:cacheprovider "
               "-p no:randomly -W ignore::RuntimeWarning; test $? -eq 0 || exit 1'")
-    session.run("mutmut", "run", "--paths-to-mutate", "backends/np_backend.py,backends/_generic.py",
+    paths = "backends/np_backend.py,backends/algorithms.py,backends/_generic.py"
+    session.run("mutmut", "run", "--paths-to-mutate", paths,
                 "--runner", runner, "--tests-dir", "conformance", *session.posargs, success_codes=[0, 2])
     session.run("mutmut", "results", success_codes=[0, 2])

@@ -13,7 +13,7 @@ compiling, so they compile once per shape.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,16 +35,6 @@ class Plan(NamedTuple):
     causal: str | None
     alibi: np.ndarray | None
     index: np.ndarray | None
-
-
-class Cache(NamedTuple):
-    """A KV cache as the algorithms take it: past_key (B, g, L_past, d_k), past_value (B, g,
-    L_past, d_v) (backend arrays) and the present-cache index (B, L_K) as a backend integer array,
-    or None for a full cache (see :class:`Plan`)."""
-
-    past_key: Any
-    past_value: Any
-    index: Any = None
 
 
 def plan(features: Features, *, batch: int, len_q: int, len_k: int, causal) -> Plan:

@@ -52,8 +52,9 @@ from __future__ import annotations
 import copy
 
 from ._base import AttentionOutputs, MHAParams
-from ._generic import Algorithm, MaskArgs
+from ._generic import MaskArgs
 from ._validate import REJECTION_CLAUSES, Arg, Dims, Features, sdpa_dims
+from .algorithms import ALGORITHMS, Algorithm
 from .jax_backend import JaxBackend
 from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
@@ -66,6 +67,10 @@ __all__ = ["Features", "JaxAdapter", "LEFT_TO_LIBRARY", "MaskArgs", "NativeAdapt
 #: needs; ``library_validates``): the clauses whose checks are that one argument's own
 LEFT_TO_LIBRARY = {"SOFTCAP-2": ("softcap", "softcap"), "ERR-10": ("scale", "errors"),
                    "GQA-2": ("k", "gqa")}
+
+#: The spec's projections around an op's attention (the batched form, MHA-2): ``split``,
+#: ``linear``, ``combine`` of the batched algorithm's stateless object.
+PROJECTIONS = ALGORITHMS[Algorithm.BATCHED]
 
 
 class NativeAdapter:
@@ -90,9 +95,8 @@ class NativeAdapter:
     library_validates: frozenset[str] = frozenset()
 
     def __init__(self, name: str):
-        # the framework backend's batched algorithm serves only what the adapter does not hand to
-        # the op: the projections around attention (mha_over_attention, MHA-2)
-        super().__init__(Algorithm.BATCHED, name=name)
+        # no algorithm: the op computes; the projections around it are PROJECTIONS'
+        self.name = name
         self.translated = frozenset(self.conventions)
         unknown = sorted(set(self.library_validates) - set(LEFT_TO_LIBRARY))
         if unknown:
@@ -120,10 +124,8 @@ class NativeAdapter:
             **grouping):
         """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim) -> (output
         (B, L_q, d_out), weights (B, h, L_q, L_k) or None), input validated; ``grouping`` is
-        ``{"num_kv_heads": g}`` with "gqa". Default, when "mha" is claimed:
-        :meth:`mha_over_attention`."""
-        if "mha" not in self.capabilities:
-            self.unsupported("multi-head attention")
+        ``{"num_kv_heads": g}`` with "gqa". Default: :meth:`mha_over_attention` (the public
+        ``multi_head_attention`` reaches it only when "mha" is claimed; GRAD always)."""
         return self.mha_over_attention(query, key, value, params, num_heads, masks, **grouping)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -132,11 +134,12 @@ class NativeAdapter:
         """Multi-head attention as the spec's projections (batched, MHA-2) around
         :meth:`attention`, with ``num_kv_heads`` g key/value heads (MHA-6)."""
         g = num_heads if num_kv_heads is None else num_kv_heads
-        q = self._split(self._linear(query, params.w_q, params.b_q), num_heads)
-        k = self._split(self._linear(key, params.w_k, params.b_k), g)
-        v = self._split(self._linear(value, params.w_v, params.b_v), g)
+        split, linear = PROJECTIONS.split, PROJECTIONS.linear
+        q = split(self, linear(self, query, params.w_q, params.b_q), num_heads)
+        k = split(self, linear(self, key, params.w_k, params.b_k), g)
+        v = split(self, linear(self, value, params.w_v, params.b_v), g)
         out, weights = self.attention(q, k, v, masks)
-        return self._linear(self._combine(out), params.w_o, params.b_o), weights
+        return linear(self, PROJECTIONS.combine(self, out), params.w_o, params.b_o), weights
 
     def unsupported(self, what: str):
         """Raise ``NotImplementedError``: the op cannot express ``what``."""
@@ -208,39 +211,35 @@ class NativeAdapter:
         """The arguments ``library_validates`` passes to the op unchecked."""
         return {LEFT_TO_LIBRARY[c][0] for c in self.library_validates}
 
-    def _sdpa_features(self, q, k, v, masks: MaskArgs, feats: Features):
-        # the cap has one value wherever the adapter reads it: masks.softcap as in attention()
-        native = self.attention_features(q, k, v, masks._replace(softcap=feats.softcap), feats)
-        if native is NotImplemented:
-            return super()._sdpa_features(q, k, v, masks, feats)
-        return native
+    def _sdpa(self, q, k, v, masks: MaskArgs, feats: Features) -> AttentionOutputs:
+        """A feature call through :meth:`attention_features` when it answers, else the generic
+        path (features folded into ``masks``, then :meth:`attention`)."""
+        if feats.in_use:
+            # the cap has one value wherever the adapter reads it: masks.softcap as in attention()
+            native = self.attention_features(q, k, v, masks._replace(softcap=feats.softcap), feats)
+            if native is not NotImplemented:
+                return native if isinstance(native, AttentionOutputs) else AttentionOutputs(*native)
+        return super()._sdpa(q, k, v, masks, feats)
 
-    def _sdpa_ext(self, q, k, v, masks: MaskArgs, lse: bool):
+    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
+             feats: Features, num_kv_heads: int | None = None) -> AttentionOutputs:
+        if "mha" not in self.capabilities:
+            self.unsupported("multi-head attention")
+        return super()._mha(query, key, value, p, num_heads, masks, feats, num_kv_heads)
+
+    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
         if lse:
             self.unsupported("the log-sum-exp (lse) without its own mapping")
         return (*self.attention(q, k, v, masks), None)
 
-    def _mha_ext(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
-                 num_kv_heads: int | None = None, lse: bool = False, cache=None):
+    def _multi_head(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
+                    num_kv_heads: int | None = None, lse: bool = False, cache=None):
+        """:meth:`mha` (GRAD differentiates it too: a module's own, or the spec's projections
+        around :meth:`attention`)."""
         if lse or cache is not None:
             self.unsupported("the log-sum-exp or a KV cache without their own mapping")
-        return AttentionOutputs(*self._mha(query, key, value, p, num_heads, masks, num_kv_heads))
-
-
-    def _sdpa(self, q, k, v, masks: MaskArgs):
-        return self.attention(q, k, v, masks)
-
-    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
-             num_kv_heads: int | None = None):
         grouping = {} if num_kv_heads is None else {"num_kv_heads": num_kv_heads}
-        return self.mha(query, key, value, p, num_heads, masks, **grouping)
-
-    def _vjp_forward(self, query, key, value, p, num_heads, masks, **grouping):
-        """GRAD: the framework's autodiff through :meth:`mha` (a module), or through the spec's
-        projections around :meth:`attention` (a function)."""
-        if "mha" in self.capabilities:
-            return self._mha(query, key, value, p, num_heads, masks, **grouping)
-        return self.mha_over_attention(query, key, value, p, num_heads, masks, **grouping)
+        return (*self.mha(query, key, value, p, num_heads, masks, **grouping), None, None, None)
 
 
 class NumpyAdapter(NativeAdapter, NumpyBackend):

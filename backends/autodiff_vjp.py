@@ -8,7 +8,7 @@ forward pass's output and log-sum-exp laid side by side, (B, h, L_q, d_v + 1), a
 cotangent ``[d_output | d_lse]`` (zeros for a missing ``d_lse``). The primals are q, k, v and, where
 the call has them, the past cache, the sinks and (``bias_grad``) the bias; everything else (masks,
 positions, ALiBi, the scale and the cap) is a constant of the forward function. The forward pass is
-the backend's own :meth:`ArrayBackend._sdpa_features`, so the gradient is that of what it computes.
+the backend's own :meth:`ArrayBackend._sdpa` (one hook per operation), so the gradient is that of what it computes.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
     def forward(x):
         f = feats._replace(lse=True, past_key=x.get("past_key"), past_value=x.get("past_value"),
                            sinks=x.get("sinks"))
-        res = backend._sdpa_features(x["q"], x["k"], x["v"],
-                                     masks._replace(bias=x.get("bias", masks.bias)), f)
+        res = backend._sdpa(x["q"], x["k"], x["v"], masks._replace(bias=x.get("bias", masks.bias)),
+                            f)
         return backend._concat([res.output, backend._reshape(res.lse, (b, h, len_q, 1))], axis=-1)
 
     lse_cotangent = (backend._full((b, h, len_q, 1), 0.0, d_output) if d_lse is None

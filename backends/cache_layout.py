@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .adapters import PROJECTIONS
 from .array_ops import ops_for
 
 
@@ -34,19 +35,22 @@ class LibraryCache:
     adapter defines ``_cached(q, k, v, masks, past_key, past_value, index)`` -> AttentionOutputs
     (``index``: the present-cache index as NumPy, or None for a full cache)."""
 
-    def _mha_ext(self, query, key, value, p, num_heads: int, m, num_kv_heads: int | None = None,
-                 lse: bool = False, cache=None):
+    def _multi_head(self, query, key, value, p, num_heads: int, m, num_kv_heads: int | None = None,
+                    lse: bool = False, cache=None):
         """Multi-head attention with a KV cache (projected past keys and values): the spec's
         projections (MHA-2) around ``_cached``; other calls as the adapter's base does them."""
         if cache is None or lse:
-            return super()._mha_ext(query, key, value, p, num_heads, m, num_kv_heads, lse, cache)
+            return super()._multi_head(query, key, value, p, num_heads, m, num_kv_heads, lse,
+                                       cache)
         g = num_heads if num_kv_heads is None else num_kv_heads
-        q = self._split(self._linear(query, p.w_q, p.b_q), num_heads)
-        k = self._split(self._linear(key, p.w_k, p.b_k), g)
-        v = self._split(self._linear(value, p.w_v, p.b_v), g)
+        split, linear = PROJECTIONS.split, PROJECTIONS.linear
+        q = split(self, linear(self, query, p.w_q, p.b_q), num_heads)
+        k = split(self, linear(self, key, p.w_k, p.b_k), g)
+        v = split(self, linear(self, value, p.w_v, p.b_v), g)
         index = None if cache.index is None else self.to_numpy(cache.index)
         res = self._cached(q, k, v, m, cache.past_key, cache.past_value, index)
-        return res._replace(output=self._linear(self._combine(res.output), p.w_o, p.b_o))
+        return res._replace(output=linear(self, PROJECTIONS.combine(self, res.output), p.w_o,
+                                          p.b_o))
 
     def _keys_last(self, x, index, fill: float):
         """x (B|1, h|1, L_q, L) -> (B, h', L_q, L'): ``Concat(x, fill)`` gathered by ``index``

@@ -45,12 +45,12 @@ from . import layouts  # noqa: E402
 from . import masks as mask_forms  # noqa: E402
 from ._base import MHAParams  # noqa: E402
 from .adapters import JaxAdapter, MaskArgs  # noqa: E402
-from .jax_backend import _jax, _jnp  # noqa: E402
+from .optional import jax_module, jnp_module  # noqa: E402
 
 
 @functools.cache
 def _nnx():
-    _jax()  # x64 on before Flax builds float64 parameters
+    jax_module()  # x64 on before Flax builds float64 parameters
     from flax import nnx
 
     return nnx
@@ -80,7 +80,7 @@ class FlaxMHA(JaxAdapter):
 
     def module(self, p: MHAParams, num_heads: int, num_kv_heads: int, like):
         """An ``nnx.MultiHeadAttention`` holding the spec's parameters (PARAM-1, PARAM-2)."""
-        nnx, jnp = _nnx(), _jnp()
+        nnx, jnp = _nnx(), jnp_module()
         d_model, hd_k = p.w_q.shape
         k_dim, v_dim = p.w_k.shape[0], p.w_v.shape[0]
         hd_v, d_out = p.w_o.shape
@@ -104,7 +104,7 @@ class FlaxMHA(JaxAdapter):
 
     def mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
             num_kv_heads: int | None = None):
-        nnx, jnp = _nnx(), _jnp()
+        nnx, jnp = _nnx(), jnp_module()
         if masks.bias is not None or masks.legacy_mask is not None:
             self.unsupported("an additive 'bias' or 'legacy_mask' (the module passes none to its "
                               "attention function)")

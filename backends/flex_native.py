@@ -64,8 +64,8 @@ class FlexAttention(TorchAdapter):
         out, _ = self._flex(q, k, v, masks, lse=False)
         return out, None
 
-    def _sdpa_ext(self, q, k, v, masks: MaskArgs, lse: bool):
-        """A spec 1.2 call, its features folded into ``masks`` (structural mask, ALiBi, soft-cap):
+    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
+        """Any call, its features folded into ``masks`` (structural mask, ALiBi, soft-cap):
         (output, weights None, lse (B, h, L_q) or None)."""
         out, row_lse = self._flex(q, k, v, masks, lse=lse)
         return out, None, row_lse

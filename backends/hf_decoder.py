@@ -51,9 +51,11 @@ require("transformers", extra="hf")
 from . import _features  # noqa: E402
 from . import masks as mask_forms  # noqa: E402
 from ._base import AttentionOutputs  # noqa: E402
-from .adapters import MaskArgs, TorchAdapter  # noqa: E402
+from .adapters import MaskArgs  # noqa: E402
 from .cache_layout import LibraryCache  # noqa: E402
-from .torch_backend import _torch  # noqa: E402
+from .hf_common import (EAGER_DEVIATIONS, MASK_13, MASK_FORM, SDPA_NUM_6,  # noqa: E402
+                        TransformersAdapter)
+from .optional import torch_module  # noqa: E402
 
 
 @functools.cache
@@ -77,31 +79,15 @@ class _Module:
         self.is_causal = False
 
 
-class HFDecoderAttention(LibraryCache, TorchAdapter):
+class HFDecoderAttention(LibraryCache, TransformersAdapter):
     """A decoder attention function of Transformers (``implementation``: "eager" or "sdpa"), with
     a ``DynamicCache``, behind the spec's SDPA."""
 
-    framework = "transformers"
-
-    def __init__(self, name: str, implementation: str, *, capabilities: frozenset,
-                 deviations: dict, conventions: dict, dtypes: tuple[str, ...]):
-        self.implementation = implementation
+    def __init__(self, name: str, implementation: str, **claims):
         function = ("Gemma 2 eager_attention_forward" if implementation == "eager"
                     else "sdpa_attention_forward")
-        self.native_op = f"transformers {function} with a DynamicCache"
-        self.capabilities = capabilities
-        self.deviations = deviations
-        self.conventions = conventions
-        self._dtypes = dtypes
-        super().__init__(name)
-
-    def framework_version(self) -> str:
-        import transformers
-
-        return transformers.__version__
-
-    def dtypes(self, device: str) -> tuple[str, ...]:
-        return self._dtypes
+        super().__init__(name, implementation,
+                         native_op=f"transformers {function} with a DynamicCache", **claims)
 
     def _attention_mask(self, len_q: int, len_k: int, like, m: MaskArgs):
         """``attention_mask`` as Transformers builds it (0 / finfo.min, plus bias), or None."""
@@ -117,7 +103,7 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
                                                                             additive=additive)
         if not self.translates("mask-form"):
             return allowed  # the spec's boolean as it is: added as 0 / 1 (what the op does)
-        blocked = mask_forms.fill_blocked(allowed, like=like, fill=_torch().finfo(like.dtype).min)
+        blocked = mask_forms.fill_blocked(allowed, like=like, fill=torch_module().finfo(like.dtype).min)
         return blocked if additive is None else additive + blocked
 
     def attention(self, q, k, v, m: MaskArgs):
@@ -128,20 +114,19 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
         function = _hf()[1][self.implementation]
         extra = ({"softcap": None if m.softcap is None else float(m.softcap)}
                  if self.implementation == "eager" else {"is_causal": False})
-        with _torch().no_grad():
+        with torch_module().no_grad():
             out, weights = function(_Module(q.shape[1] // k.shape[1], q.shape[3]), q, k, v,
                                     attention_mask, dropout=0.0, scaling=m.scale, **extra)
         return out.transpose(1, 2), weights
 
     # -- KV cache (CACHE): a DynamicCache -------------------------------------------------------
-    def _sdpa_features(self, q, k, v, m: MaskArgs, feats):
+    def _sdpa(self, q, k, v, m: MaskArgs, feats):
         if not feats.cached or feats.lse:
-            return super()._sdpa_features(q, k, v, m, feats)
+            return super()._sdpa(q, k, v, m, feats)
         len_q, len_k = q.shape[2], k.shape[2]
         plan = _features.plan(feats, batch=q.shape[0], len_q=len_q, len_k=len_k, causal=m.causal)
         folded = self._feature_masks(q, m, feats, plan, len_q, feats.len_past + len_k)
-        res = self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index)
-        return self._outputs(feats, res, len_k, q)
+        return self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index)
 
     def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index):
         """The function over a ``DynamicCache`` holding ``past_key`` (B, g, L_past, d_k) and
@@ -153,8 +138,8 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
         keys, values = cache.update(k, v, 0)
         attention_mask = self._attention_mask(q.shape[2], keys.shape[2], q, m)
         if index is not None:
-            blocked = (False if attention_mask.dtype == _torch().bool else
-                       _torch().finfo(q.dtype).min if self.implementation == "eager" else -math.inf)
+            blocked = (False if attention_mask.dtype == torch_module().bool else
+                       torch_module().finfo(q.dtype).min if self.implementation == "eager" else -math.inf)
             attention_mask = self.to_library_layout(attention_mask, index, blocked)
         out, weights = self._function(q, keys, values, m, attention_mask)
         if index is not None:
@@ -164,33 +149,23 @@ class HFDecoderAttention(LibraryCache, TorchAdapter):
 
 _CAPABILITIES = frozenset({"sdpa", "mha", "masks", "bias", "scale", "legacy_mask", "causal",
                            "cross", "errors", "gqa", "kv_cache"})
-_MASK_13 = ("a NaN or inf key behind the attention mask leaks into the rows that exclude it (the "
-            "mask is added to the logits, and NaN + {fill} is NaN)")
 
 EAGER = HFDecoderAttention(
     "hf-gemma2-eager", "eager", capabilities=_CAPABILITIES | {"weights", "softcap"},
     deviations={
-        "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
-                  "finfo(dtype).min, so the row's softmax is uniform)",
-        "MASK-11": "a fully masked row differs between mask=M (the mean of V: finfo.min logits) "
-                   "and bias=where(M, 0, -inf) (NaN: every logit -inf); rows with an allowed key "
-                   "agree",
-        "MASK-13": _MASK_13.format(fill="finfo(dtype).min"),
+        **EAGER_DEVIATIONS,
+        "MASK-13": MASK_13.format(fill="finfo(dtype).min"),
         "NUM-1": "float64 is not supported: the softmax runs in float32 "
                  "(softmax(..., dtype=torch.float32)), so float64 is not claimed",
     },
-    conventions={"mask-form": (
-        "MASK-1", "attention_mask is added to the logits: 0 where a key may be attended, "
-                  "finfo(dtype).min elsewhere; the adapter builds it from the spec's booleans")},
-    dtypes=("float32", "float16", "bfloat16"))
+    conventions=MASK_FORM, dtypes=("float32", "float16", "bfloat16"))
 SDPA = HFDecoderAttention(
     "hf-decoder-sdpa", "sdpa", capabilities=_CAPABILITIES,
     deviations={
-        "MASK-13": _MASK_13.format(fill="-inf"),
-        "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN (torch's "
-                 "fused CPU kernel treats it like a fully masked row)",
+        "MASK-13": MASK_13.format(fill="-inf"),
+        "NUM-6": SDPA_NUM_6,
         "SHAPE-4": "B = 0 or L_q = 0 fails: sdpa_attention_forward reshapes its output to (B, -1, "
                    "L_q, d_v), and -1 is ambiguous for 0 elements (RuntimeError 'cannot reshape "
                    "tensor of 0 elements'); L_k = 0 gives zeros",
     },
-    conventions={}, dtypes=("float64", "float32", "float16", "bfloat16"))
+    conventions={})

@@ -55,14 +55,14 @@ require("transformers", extra="hf")
 from . import layouts  # noqa: E402
 from . import masks as mask_forms  # noqa: E402
 from ._base import MHAParams  # noqa: E402
-from .adapters import MaskArgs, TorchAdapter  # noqa: E402
-from .torch_backend import _torch  # noqa: E402
+from .adapters import PROJECTIONS, MaskArgs  # noqa: E402
+from .hf_common import (EAGER_DEVIATIONS, MASK_13, MASK_FORM, SDPA_NUM_6,  # noqa: E402
+                        TransformersAdapter)
+from .optional import torch_module  # noqa: E402
 
 _SHAPE_4 = ("B = 0, L_q = 0 or L_k = 0 fails: BertSelfAttention.forward views each projection as "
             "(B, L, -1, d_k), and -1 is ambiguous for 0 elements (RuntimeError 'cannot reshape "
             "tensor of 0 elements')")
-_MASK_13 = ("a NaN or inf key behind the attention mask leaks into the rows that exclude it (the "
-            "mask is added to the logits, and NaN + {fill} is NaN)")
 
 
 @functools.cache
@@ -76,31 +76,18 @@ def _bert():
             modeling_bert.eager_attention_forward)
 
 
-class HFBertSelfAttention(TorchAdapter):
+class HFBertSelfAttention(TransformersAdapter):
     """``BertSelfAttention`` with one attention implementation behind the spec's multi-head
     attention; ``implementation``: "eager" or "sdpa"."""
 
-    framework = "transformers"
-
-    def __init__(self, name: str, implementation: str, *, capabilities: frozenset,
-                 deviations: dict, conventions: dict):
-        self.implementation = implementation
-        self.native_op = (f"transformers BertSelfAttention (attn_implementation="
-                          f"{implementation!r})")
-        self.capabilities = capabilities
-        self.deviations = deviations
-        self.conventions = conventions
-        super().__init__(name)
-
-    def framework_version(self) -> str:
-        import transformers
-
-        return transformers.__version__
+    def __init__(self, name: str, implementation: str, **claims):
+        super().__init__(name, implementation, native_op=f"transformers BertSelfAttention "
+                         f"(attn_implementation={implementation!r})", **claims)
 
     def module(self, p: MHAParams, num_heads: int, like):
         """A ``BertSelfAttention`` in eval mode holding ``W_q``, ``W_k``, ``W_v`` and their biases
         (PARAM-1; ``W_o``, ``b_o`` are not part of it)."""
-        torch = _torch()
+        torch = torch_module()
         config_cls, attention_cls, _, _ = _bert()
         d_model, hd_k = p.w_q.shape
         k_dim, v_dim = p.w_k.shape[0], p.w_v.shape[0]
@@ -132,14 +119,14 @@ class HFBertSelfAttention(TorchAdapter):
         if self.implementation == "eager" and self.translates("mask-form"):
             # 0 / finfo.min, as Transformers builds it
             blocked = mask_forms.fill_blocked(allowed, like=like,
-                                              fill=_torch().finfo(like.dtype).min)
+                                              fill=torch_module().finfo(like.dtype).min)
             return blocked if additive is None else additive + blocked
         if additive is None:  # sdpa: the boolean, as Transformers passes it
             return allowed
         return mask_forms.fill_blocked(allowed, like=like, additive=additive)
 
     def mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs):
-        torch = _torch()
+        torch = torch_module()
         d_k = p.w_q.shape[1] // num_heads
         if not mask_forms.is_default_scale(masks.scale, d_k):
             self.unsupported(f"scale = {masks.scale!r} (it always uses 1/sqrt(d_k) = "
@@ -149,7 +136,7 @@ class HFBertSelfAttention(TorchAdapter):
             mod = self.module(p, num_heads, query)
             attention_mask = self._attention_mask(len_q, len_k, query, masks)
             out, weights = self.attend(mod, query, key, value, attention_mask)
-            return self._linear(out, p.w_o, p.b_o), weights
+            return PROJECTIONS.linear(self, out, p.w_o, p.b_o), weights
 
     def attend(self, mod, query, key, value, attention_mask):
         """``BertSelfAttention.forward`` with keys and values projected from ``key`` and
@@ -168,24 +155,10 @@ _CAPABILITIES = frozenset({"mha", "masks", "bias", "legacy_mask", "causal", "err
 
 EAGER = HFBertSelfAttention(
     "hf-bert-eager", "eager", capabilities=_CAPABILITIES | {"weights"},
-    deviations={
-        "MASK-9": "fully masked row -> output the mean of V and weights 1/L_k (blocked keys get "
-                  "finfo(dtype).min, so the row's softmax is uniform)",
-        "MASK-11": "a fully masked row differs between mask=M (the mean of V: finfo.min logits) "
-                   "and bias=where(M, 0, -inf) (NaN: every logit -inf); rows with an allowed key "
-                   "agree",
-        "MASK-13": _MASK_13.format(fill="finfo(dtype).min"),
-        "SHAPE-4": _SHAPE_4,
-    },
-    conventions={"mask-form": (
-        "MASK-1", "attention_mask is added to the logits: 0 where a key may be attended, "
-                  "finfo(dtype).min elsewhere; the adapter builds it from the spec's booleans")})
+    deviations={**EAGER_DEVIATIONS, "MASK-13": MASK_13.format(fill="finfo(dtype).min"),
+                "SHAPE-4": _SHAPE_4},
+    conventions=MASK_FORM)
 SDPA = HFBertSelfAttention(
     "hf-bert-sdpa", "sdpa", capabilities=_CAPABILITIES,
-    deviations={
-        "SHAPE-4": _SHAPE_4,
-        "MASK-13": _MASK_13.format(fill="-inf"),
-        "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN (torch's "
-                 "fused CPU kernel treats it like a fully masked row)",
-    },
+    deviations={"SHAPE-4": _SHAPE_4, "MASK-13": MASK_13.format(fill="-inf"), "NUM-6": SDPA_NUM_6},
     conventions={})

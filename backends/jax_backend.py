@@ -5,39 +5,26 @@ Dtypes: float64 (x64 is enabled when this backend is loaded), float32, float16, 
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from . import _jax_compile_budget
+from . import _jax_compile_budget as jax_budget
 from ._base import CAPABILITIES
 from ._generic import Algorithm, ArrayBackend, MaskArgs
-
-
-@functools.cache
-def _jax():
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    return jax
-
-
-def _jnp():
-    return _jax().numpy
+from .optional import jax_module, jnp_module
 
 
 class JaxBackend(ArrayBackend):
-    """Multi-head attention in JAX (algorithms in :mod:`mhaspec.backends._generic`)."""
+    """Multi-head attention in JAX (algorithms in :mod:`mhaspec.backends.algorithms`)."""
 
     framework = "jax"
     framework_label = "jax"
     capabilities = CAPABILITIES  # "grad" by jax.vjp (_vjp), "gqa" in the generic algorithms
 
     def framework_version(self) -> str:
-        return _jax().__version__
+        return jax_module().__version__
 
     def devices(self) -> dict[str, str | None]:
-        platforms = {d.platform for d in _jax().devices()}
+        platforms = {d.platform for d in jax_module().devices()}
         return {"cpu": None,
                 "cuda": None if "gpu" in platforms or "cuda" in platforms
                 else "no GPU device visible to jax"}
@@ -49,14 +36,14 @@ class JaxBackend(ArrayBackend):
         return {"jax matmul precision": "highest", "jax_enable_x64": True}
 
     def _device(self, device: str):
-        jax = _jax()
+        jax = jax_module()
         return jax.devices("cpu")[0] if device == "cpu" else jax.devices("gpu")[0]
 
     def asarray(self, x, *, dtype: str, device: str = "cpu"):
         # converted by NumPy (ml_dtypes for bfloat16), as jnp.asarray does, then copied to the
         # device: jnp.asarray would also compile a convert_element_type per new shape
-        host = np.asarray(x).astype(_jnp().dtype(dtype))
-        return _jax().device_put(host, self._device(device))
+        host = np.asarray(x).astype(jnp_module().dtype(dtype))
+        return jax_module().device_put(host, self._device(device))
 
     def to_numpy(self, x) -> np.ndarray:
         x = np.asarray(x)
@@ -70,118 +57,101 @@ class JaxBackend(ArrayBackend):
         return str(x.dtype)
 
     def _matmul(self, a, b):
-        return _jnp().matmul(a, b, precision=_jax().lax.Precision.HIGHEST)
+        return jnp_module().matmul(a, b, precision=jax_module().lax.Precision.HIGHEST)
 
     def _transpose(self, x, axes):
-        return _jnp().transpose(x, axes)
+        return jnp_module().transpose(x, axes)
 
     def _reshape(self, x, shape):
-        return _jnp().reshape(x, shape)
+        return jnp_module().reshape(x, shape)
 
     def _exp(self, x):
-        return _jnp().exp(x)
+        return jnp_module().exp(x)
 
     def _max_last(self, x):
-        return _jnp().max(x, axis=-1, keepdims=True)
+        return jnp_module().max(x, axis=-1, keepdims=True)
 
     def _sum_last(self, x):
-        return _jnp().sum(x, axis=-1, keepdims=True)
+        return jnp_module().sum(x, axis=-1, keepdims=True)
 
     def _where(self, cond, a, b: float):
-        return _jnp().where(cond, a, _jnp().asarray(b, dtype=a.dtype))
+        return jnp_module().where(cond, a, jnp_module().asarray(b, dtype=a.dtype))
 
     def _isfinite(self, x):
-        return _jnp().isfinite(x)
+        return jnp_module().isfinite(x)
 
     def _concat(self, xs, axis: int):
-        return _jnp().concatenate(xs, axis=axis)
+        return jnp_module().concatenate(xs, axis=axis)
 
     def _stack(self, xs, axis: int):
-        return _jnp().stack(xs, axis=axis)
+        return jnp_module().stack(xs, axis=axis)
 
     def _constant(self, array: np.ndarray, like):
-        if isinstance(like, _jax().core.Tracer):  # inside a compiled function: a traced constant
-            return _jnp().asarray(array)
-        return _jax().device_put(array, next(iter(like.devices())))  # no compilation per shape
+        if isinstance(like, jax_module().core.Tracer):  # inside a compiled function: a traced constant
+            return jnp_module().asarray(array)
+        return jax_module().device_put(array, next(iter(like.devices())))  # no compilation per shape
 
     def _full(self, shape, value: float, like):
-        return _jnp().full(shape, value, dtype=like.dtype)
+        return jnp_module().full(shape, value, dtype=like.dtype)
 
     def _constant_as(self, array: np.ndarray, like):
-        return _jnp().asarray(array, dtype=like.dtype)
+        return jnp_module().asarray(array, dtype=like.dtype)
 
     def _to_float32(self, x):
-        return x.astype(_jnp().float32)
+        return x.astype(jnp_module().float32)
 
     def _cast_like(self, x, like):
         return x.astype(like.dtype)
 
     def _tanh(self, x):
-        return _jnp().tanh(x)
+        return jnp_module().tanh(x)
 
     def _log(self, x):
-        return _jnp().log(x)
+        return jnp_module().log(x)
 
     def _take_keys(self, x, index):
-        index = _jnp().reshape(index, (index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1))
-        return _jnp().take_along_axis(x, index, axis=-2)
+        index = jnp_module().reshape(index, (index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1))
+        return jnp_module().take_along_axis(x, index, axis=-2)
 
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """GRAD by ``jax.vjp`` over the dict of primals."""
-        _, pullback = _jax().vjp(fn, primals)
+        _, pullback = jax_module().vjp(fn, primals)
         return pullback(cotangent)[0]
 
 
 class JitJaxBackend(JaxBackend):
-    """An algorithm (by default the batched one, MHA-2) compiled with ``jax.jit``. Masks are
-    passed in canonical full form (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype
-    compiles once; the :class:`MaskArgs` travel as one pytree, ``num_heads`` and
-    ``num_kv_heads`` are static. Spec 1.2 calls compile once per shape and feature set: the
-    structural mask and ALiBi are in the canonical mask and bias, the soft-cap is traced, ``lse``
-    is static and a KV cache travels as a pytree."""
+    """An algorithm (by default the batched one, MHA-2) compiled with ``jax.jit``, one function
+    per operation (``_attention``, ``_multi_head``). Masks are passed in canonical full form
+    (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype compiles once; the
+    :class:`MaskArgs` travel as one pytree, ``num_heads``, ``num_kv_heads`` and ``lse`` are
+    static. Spec 1.2 calls compile once per shape and feature set: the structural mask and ALiBi
+    are in the canonical mask and bias, the soft-cap is traced and a KV cache travels as a
+    pytree."""
 
     def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "jax-jit"):
         super().__init__(algorithm, name=name)
-        self._sdpa_jit = None
-        self._mha_jit = None
-        self._sdpa_ext_jit = None
-        self._mha_ext_jit = None
+        self._compiled: dict[str, object] = {}
 
-    def _sdpa(self, q, k, v, masks: MaskArgs):
-        if self._sdpa_jit is None:
-            self._sdpa_jit = _jax().jit(super()._sdpa)
-        _jax_compile_budget.tick(_jax())
+    def _compile(self, key: str, fn, static: tuple[str, ...]):
+        """``fn`` under ``jax.jit`` with ``static`` arguments, made once per key."""
+        if key not in self._compiled:
+            self._compiled[key] = jax_module().jit(fn, static_argnames=static)
+        jax_budget.tick(jax_module())
+        return self._compiled[key]
+
+    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
         full = (*self._shape(q)[:3], self._shape(k)[2])
-        return self._sdpa_jit(q, k, v, self._canonical_masks(q, full, masks))
+        return self._compile("attention", super()._attention, ("lse",))(
+            q, k, v, self._canonical_masks(q, full, masks), lse=lse)
 
-    def _mha(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None):
-        if self._mha_jit is None:
-            self._mha_jit = _jax().jit(super()._mha, static_argnames=("num_heads", "num_kv_heads"))
-        _jax_compile_budget.tick(_jax())
-        full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
-        return self._mha_jit(query, key, value, p, num_heads=num_heads,
-                             masks=self._canonical_masks(query, full, masks),
-                             num_kv_heads=num_kv_heads)
-
-
-    def _sdpa_ext(self, q, k, v, masks: MaskArgs, lse: bool):
-        if self._sdpa_ext_jit is None:
-            self._sdpa_ext_jit = _jax().jit(super()._sdpa_ext, static_argnames=("lse",))
-        _jax_compile_budget.tick(_jax())
-        full = (*self._shape(q)[:3], self._shape(k)[2])
-        return self._sdpa_ext_jit(q, k, v, self._canonical_masks(q, full, masks), lse=lse)
-
-    def _mha_ext(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
-                 lse=False, cache=None):
-        if self._mha_ext_jit is None:
-            self._mha_ext_jit = _jax().jit(
-                super()._mha_ext, static_argnames=("num_heads", "num_kv_heads", "lse"))
-        _jax_compile_budget.tick(_jax())
+    def _multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
+                    lse=False, cache=None):
         len_all = self._shape(key)[1] + (0 if cache is None else self._shape(cache.past_key)[2])
         full = (self._shape(query)[0], num_heads, self._shape(query)[1], len_all)
-        return self._mha_ext_jit(query, key, value, p, num_heads=num_heads,
-                                 masks=self._canonical_masks(query, full, masks),
-                                 num_kv_heads=num_kv_heads, lse=lse, cache=cache)
+        return self._compile("mha", super()._multi_head, ("num_heads", "num_kv_heads", "lse"))(
+            query, key, value, p, num_heads=num_heads,
+            masks=self._canonical_masks(query, full, masks), num_kv_heads=num_kv_heads, lse=lse,
+            cache=cache)
 
 
 PER_HEAD = JaxBackend(Algorithm.PER_HEAD)

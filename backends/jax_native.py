@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from . import _jax_compile_budget, masks
 from .adapters import JaxAdapter, MaskArgs
-from .jax_backend import _jax, _jnp
+from .optional import jax_module, jnp_module
 
 # float64 is not claimed: the op evaluates the softmax in float32 whatever the input dtype
 # (errors ~1e-7 against the float64 oracle), so float64 results are float32-accurate.
@@ -96,13 +96,13 @@ class JaxDPA(JaxAdapter):
 
     def _native_call(self, q, k, v, m: MaskArgs, window, q_len, kv_len):
         """:meth:`_native_sdpa` with the op's window and length arguments (NumPy lengths)."""
-        jnp = _jnp()
+        jnp = jnp_module()
         return self._native_sdpa(q, k, v, m, window=window,
                                  q_len=None if q_len is None else jnp.asarray(q_len),
                                  kv_len=None if kv_len is None else jnp.asarray(kv_len))
 
     def _native_sdpa(self, q, k, v, m: MaskArgs, *, window=None, q_len=None, kv_len=None):
-        jax, jnp = _jax(), _jnp()
+        jax, jnp = jax_module(), jnp_module()
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         d_k, d_v = self._shape(q)[3], self._shape(v)[3]
         is_causal = self.native_causal(m.causal, len_q, len_k)
@@ -155,10 +155,10 @@ class JitJaxDPA(JaxDPA):
 
     def _native_call(self, q, k, v, m: MaskArgs, window, q_len, kv_len):
         if self._jitted is None:
-            self._jitted = _jax().jit(self._native_sdpa_static,
+            self._jitted = jax_module().jit(self._native_sdpa_static,
                                       static_argnames=("causal", "scale", "window"))
-        _jax_compile_budget.tick(_jax())
-        jnp = _jnp()
+        _jax_compile_budget.tick(jax_module())
+        jnp = jnp_module()
         full = (*self._shape(q)[:3], self._shape(k)[2])
         arrays = m._replace(causal=None, scale=None,
                             **{n: _broadcast(getattr(m, n), full)
@@ -216,7 +216,7 @@ def _broadcast(m, full: tuple[int, ...]):
     """A mask or bias broadcast to the full (B, h, L_q, L_k) shape (None stays None): the values
     are those the op would broadcast to, and calls whose masks differ only in their broadcast
     shape share one compilation."""
-    return None if m is None else _jnp().broadcast_to(m, full)
+    return None if m is None else jnp_module().broadcast_to(m, full)
 
 
 DPA = JaxDPA("jax-dpa")

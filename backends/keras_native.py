@@ -42,7 +42,7 @@ import warnings
 from . import layouts, masks
 from ._base import MHAParams
 from .adapters import MaskArgs, TensorFlowAdapter
-from .tf_backend import _tf
+from .optional import tf_module
 
 
 @functools.cache
@@ -50,7 +50,7 @@ def keras_module():
     """Keras 3 on its TensorFlow backend (``KERAS_BACKEND`` set to ``tensorflow`` unless set);
     RuntimeError when Keras was already imported with another backend."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    _tf()
+    tf_module()
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -90,7 +90,7 @@ class KerasMHA(TensorFlowAdapter):
         return keras_module().__version__
 
     def _layer(self, p: MHAParams, num_heads: int, query, key, value):
-        keras, tf = keras_module(), _tf()
+        keras, tf = keras_module(), tf_module()
         hd_k, (hd_v, d_out) = self._shape(p.w_q)[1], self._shape(p.w_o)
         layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=hd_k // num_heads,
                                                 value_dim=hd_v // num_heads, output_shape=d_out,
@@ -107,7 +107,7 @@ class KerasMHA(TensorFlowAdapter):
         return layer
 
     def mha(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
-        tf = _tf()
+        tf = tf_module()
         if m.bias is not None:
             self.unsupported("an additive 'bias' (the layer has no additive logit term)")
         if m.legacy_mask is not None:

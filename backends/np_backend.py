@@ -1,6 +1,6 @@
 """The NumPy backend: per-head and batched variants, CPU, float64 / float32 / float16.
 
-The softmax runs in place on the logits (the update primitives of ``ArrayBackend``), so the
+The softmax runs in place on the logits (the update primitives of ``ArrayPrimitives``), so the
 batched variant holds one (B, h, L_q, L_k) array, which becomes the returned weights.
 """
 
@@ -13,7 +13,7 @@ from ._generic import Algorithm, ArrayBackend
 
 
 class NumpyBackend(ArrayBackend):
-    """Multi-head attention in NumPy (see :mod:`mhaspec.backends._generic` for the algorithms)."""
+    """Multi-head attention in NumPy (algorithms in :mod:`mhaspec.backends.algorithms`)."""
 
     framework = "numpy"
     framework_label = "numpy"
@@ -88,7 +88,7 @@ class NumpyBackend(ArrayBackend):
     def _take_keys(self, x, index):
         return np.take_along_axis(x, _key_index(index, x.ndim), axis=-2)
 
-    # in place: the algorithm hands these a temporary it owns (see ArrayBackend)
+    # in place: the algorithm hands these a temporary it owns (see ArrayPrimitives)
     def _iadd(self, x, y):
         return np.add(x, y, out=x)
 
@@ -111,7 +111,7 @@ class NumpyBackend(ArrayBackend):
     # spec 1.3: no autodiff in NumPy, so the backward pass is written by hand (np_vjp)
     def _attention_vjp(self, q, k, v, d_output, d_lse, masks, feats, bias_grad):
         return np_vjp.attention_vjp(self, q, k, v, d_output, d_lse, masks, feats, bias_grad,
-                                    per_head=not self._batched)
+                                    per_head=self.algorithm is Algorithm.PER_HEAD)
 
 
 def _key_index(index, ndim: int):

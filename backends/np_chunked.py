@@ -34,9 +34,9 @@ from typing import NamedTuple
 import numpy as np
 
 from . import positions as positions_
-from ._base import CAPABILITIES, AttentionOutputs
-from ._features import Cache
-from ._generic import Algorithm, MaskArgs
+from ._base import CAPABILITIES
+from ._generic import MaskArgs
+from .algorithms import Batched
 from ._validate import Features
 from .np_backend import NumpyBackend
 
@@ -267,6 +267,26 @@ def _attend_rows(q_blk, k_t, v1, allowed, additive, alibi, softcap, heads: tuple
                    where=total[..., 0] != 0)
 
 
+class Chunked(Batched):
+    """The batched algorithm (MHA-2) with attention by blocks (:func:`blockwise_attention`)."""
+
+    def attention(self, ops, q, k, v, masks: MaskArgs, lse: bool = False, sinks=None):
+        """q (B, h, L_q, d_k), k (B, g, L_K, d_k), v (B, g, L_K, d_v) -> (out, None, lse or
+        None); ``masks.mask`` a :class:`BlockMask` (spec 1.2 calls) or the 1.1 masking
+        arguments; ``sinks`` (h,) or None (SINK-1, spec 1.3)."""
+        allowed = masks.mask if isinstance(masks.mask, BlockMask) else \
+            ops._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
+        out, row_lse = blockwise_attention(
+            q, k, v, scale=masks.scale, allowed=allowed,
+            additive=ops._additive(masks.bias, masks.legacy_mask), alibi=masks.alibi,
+            softcap=masks.softcap, lse=bool(lse),
+            blocks=ops._choose(q, k, alibi=masks.alibi is not None), sinks=sinks)
+        return out, None, row_lse
+
+
+CHUNKED_ALGORITHM = Chunked()
+
+
 class ChunkedNumpyBackend(NumpyBackend):
     """Batched projections, then attention by blocks with an online softmax (no weights).
 
@@ -279,7 +299,7 @@ class ChunkedNumpyBackend(NumpyBackend):
     capabilities = CAPABILITIES - {"weights", "grad", "bias_grad"}
 
     def __init__(self, block_q: int | None = None, block_k: int | None = None):
-        super().__init__(Algorithm.BATCHED, name="numpy-chunked")
+        super().__init__(CHUNKED_ALGORITHM, name="numpy-chunked")
         self.block_q = block_q
         self.block_k = block_k
 
@@ -289,39 +309,17 @@ class ChunkedNumpyBackend(NumpyBackend):
         offset = None if causal is None else (0 if causal == "top_left" else len_k - len_q)
         return BlockMask(None if mask is None else np.asarray(mask), key_padding_mask, offset)
 
-    # -- spec 1.2 calls: the generic plumbing, with masks and ALiBi kept per block ---------------
-    def _sdpa_features(self, q, k, v, masks: MaskArgs, feats: Features):
-        len_q, len_k = q.shape[2], k.shape[2]
-        masks = self._block_masks(masks, feats, q.shape[0], len_q, len_k)
-        present = (None, None)
-        if feats.cached:
-            index = _present_index(feats, len_k)
-            k = self._present(feats.past_key, k, index)
-            v = self._present(feats.past_value, v, index)
-            present = (k, v)
-        out, _, lse = self._attention(q, k, v, masks, feats.lse, sinks=feats.sinks)
-        return self._outputs(feats, AttentionOutputs(out, None, lse, *present), len_k, q)
-
-    def _mha_features(self, query, key, value, call):
-        feats = call.features
-        len_k = key.shape[1]
-        masks = self._block_masks(call.masks, feats, query.shape[0], query.shape[1], len_k)
-        cache = None
-        if feats.cached:
-            cache = Cache(feats.past_key, feats.past_value, _present_index(feats, len_k))
-        res = self._mha_ext(query, key, value, call.params, call.num_heads, masks,
-                            num_kv_heads=call.grouping.get("num_kv_heads"), lse=feats.lse,
-                            cache=cache)
-        return self._outputs(feats, res, len_k, query)
-
-    def _block_masks(self, masks: MaskArgs, feats: Features, batch: int, len_q: int,
-                     len_k: int) -> MaskArgs:
-        """``masks`` with every boolean condition in one :class:`BlockMask` (causal on positions
-        when keys are removed by position, SEG-3, CACHE-2, WIN-1), ALiBi as an :class:`Alibi`
-        and the soft-cap: nothing of size L_q * L_K is built here."""
+    def _fold(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
+        """A spec 1.2 call's ``masks`` with every boolean condition in one :class:`BlockMask`
+        (causal on positions when keys are removed by position, SEG-3, CACHE-2, WIN-1), ALiBi as
+        an :class:`Alibi` and the soft-cap, and the present-cache index as NumPy: nothing of size
+        L_q * L_K is built here. A 1.1 call's ``masks`` as they are."""
+        if not feats.in_use:
+            return masks, None
         pos = feats.positions
         if pos is None and (feats.window is not None or feats.slopes is not None):
-            pos = positions_.token_positions(batch, len_q, len_k, alignment=feats.diagonal)
+            pos = positions_.token_positions(like.shape[0], len_q, len_k,
+                                             alignment=feats.diagonal)
         len_all = feats.len_past + len_k
         if feats.structural:
             allowed = BlockMask(None if masks.mask is None else np.asarray(masks.mask),
@@ -331,34 +329,20 @@ class ChunkedNumpyBackend(NumpyBackend):
             allowed = self._combine_masks(len_q, len_all, None, masks.mask,
                                           masks.key_padding_mask, masks.causal)
         alibi = None if feats.slopes is None else Alibi(feats.slopes, pos)
+        index = _present_index(feats, len_k) if feats.cached else None
         return masks._replace(mask=allowed, key_padding_mask=None, causal=None,
-                              softcap=feats.softcap, alibi=alibi)
+                              softcap=feats.softcap, alibi=alibi), index
 
-    # -- the kernel ------------------------------------------------------------------------------
-    def _attention(self, q, k, v, masks: MaskArgs, lse: bool | None = None, sinks=None):
-        """q (B, h, L_q, d_k), k (B, g, L_K, d_k), v (B, g, L_K, d_v) -> (out, None, lse or
-        None) by :func:`blockwise_attention`; ``masks.mask`` a :class:`BlockMask` (spec 1.2
-        calls) or the 1.1 masking arguments."""
-        allowed = masks.mask if isinstance(masks.mask, BlockMask) else \
-            self._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
-        out, row_lse = blockwise_attention(
-            q, k, v, scale=masks.scale, allowed=allowed,
-            additive=self._additive(masks.bias, masks.legacy_mask), alibi=masks.alibi,
-            softcap=masks.softcap, lse=bool(lse),
-            blocks=self._choose(q, k, alibi=masks.alibi is not None), sinks=sinks)
-        return out, None, row_lse
+    # spec 1.3: sinks in the online softmax, the backward pass blockwise from the saved lse
+    def _attention_with_sinks(self, q, k, v, masks: MaskArgs, lse: bool, sinks):
+        """The sinks (h,) go into the online softmax (each row starts at its sink,
+        :func:`blockwise_attention`), not in as one more key: the masks here are per block."""
+        return self._algorithm.attention(self, q, k, v, masks, lse, sinks=sinks)
 
-    # spec 1.3: the backward pass blockwise from the saved lse (np_chunked_vjp)
     def _attention_vjp(self, q, k, v, d_output, d_lse, masks, feats, bias_grad):
         from . import np_chunked_vjp  # it builds on this module
 
         return np_chunked_vjp.attention_vjp(self, q, k, v, d_output, d_lse, masks, feats)
-
-    def _attend(self, q, k, v, allowed, additive, scale):
-        """q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v) -> (out (..., L_q, d_v), None)."""
-        out, _ = blockwise_attention(q, k, v, scale=scale, allowed=allowed, additive=additive,
-                                     blocks=self._choose(q, k))
-        return out, None
 
     def _choose(self, q, k, *, alibi: bool = False) -> Blocks:
         """The blocks of a call; with ALiBi a quarter of :data:`BLOCK_ELEMENTS` logits in key

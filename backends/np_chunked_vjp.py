@@ -24,22 +24,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import np_chunked, np_vjp, positions
+from . import algorithms, np_chunked, np_vjp
 from .np_vjp import Grads
 
 
 def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats) -> dict:
     """The gradients of a validated call of the chunked backend (``masks``: ``MaskArgs``,
-    ``feats``: ``Features``): its masks kept per block (``_block_masks``), the present cache laid
+    ``feats``: ``Features``): its masks kept per block (``_fold``), the present cache laid
     out (CACHE-1), the forward pass for O and lse, then :func:`blockwise_vjp`."""
     len_q, len_k = q.shape[2], k.shape[2]
-    masks = backend._block_masks(masks, feats, q.shape[0], len_q, len_k)
+    masks, index = backend._fold(q, masks, feats, len_q, len_k)
+    if not isinstance(masks.mask, np_chunked.BlockMask):  # a call without 1.2 features
+        masks = masks._replace(mask=backend._allowed(q, k, masks.mask, masks.key_padding_mask,
+                                                     masks.causal), key_padding_mask=None,
+                               causal=None)
     k_all, v_all = k, v
     if feats.cached:
-        index = None if np.all(feats.past_lengths == feats.len_past) else \
-            positions.present_index(feats.past_lengths, feats.len_past, len_k)
-        k_all = backend._present(feats.past_key, k, index)
-        v_all = backend._present(feats.past_value, v, index)
+        k_all = algorithms.present(backend, feats.past_key, k, index)
+        v_all = algorithms.present(backend, feats.past_value, v, index)
     work = np.promote_types(q.dtype, np.float32)
     q_w, k_w, v_w = (np.asarray(x, dtype=work) for x in (q, k_all, v_all))
     blocks = backend._choose(q_w, k_w, alibi=masks.alibi is not None)

@@ -1,4 +1,5 @@
-"""Adapters for packages that mhaspec does not require: how they say that a package is missing.
+"""Packages that mhaspec does not require: how an adapter says one is missing, and the loaders of
+the frameworks (:func:`torch_module`, :func:`jax_module`, :func:`jnp_module`, :func:`tf_module`).
 
 An adapter module calls :func:`require` at import; when a package is missing the import fails with
 ``ImportError("unavailable: <package> not installed: pip install 'mhaspec[<extra>]'")``, which
@@ -8,7 +9,9 @@ a run over the registered backends leaves the adapter out instead of failing.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 
 
 #: Top-level module of a framework (or of the tools' plots) -> the extra of mhaspec installing it.
@@ -39,3 +42,37 @@ def require(*modules: str, extra: str) -> None:
         if not installed(module):
             raise ImportError(f"unavailable: {module} not installed: "
                               f"pip install 'mhaspec[{extra}]'")
+
+
+# -- the frameworks, imported on first use and set up for the spec's numerics (NUM-2) -----------
+def torch_module():
+    """``torch``, with TF32 off for CUDA matmuls and convolutions (set again on every call)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch
+
+
+@functools.cache
+def jax_module():
+    """``jax``, with float64 enabled (``jax_enable_x64``)."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    return jax
+
+
+def jnp_module():
+    """``jax.numpy`` (after :func:`jax_module`)."""
+    return jax_module().numpy
+
+
+@functools.cache
+def tf_module():
+    """``tensorflow``, quiet (``TF_CPP_MIN_LOG_LEVEL=2`` unless set) and with TF32 off."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    return tf

@@ -281,13 +281,13 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         return session.run(names, feeds)
 
     # -- KV cache (CACHE): the node's past_key / past_value -------------------------------------
-    def _sdpa_features(self, q, k, v, m: MaskArgs, feats):
+    def _sdpa(self, q, k, v, m: MaskArgs, feats):
         """A call with a KV cache runs the node with ``past_key`` / ``past_value``; with a full
         cache and no mask, bias or other feature, its own ``is_causal`` (offset = the past
         length, CACHE-2); otherwise the structural mask of the call, laid out as the node's keys.
         Other feature calls: :meth:`attention_features` or the generic path."""
         if not feats.cached or feats.lse:
-            return super()._sdpa_features(q, k, v, m, feats)
+            return super()._sdpa(q, k, v, m, feats)
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         plan = _features.plan(feats, batch=self._shape(q)[0], len_q=len_q, len_k=len_k,
                               causal=m.causal)
@@ -300,9 +300,8 @@ class OrtAttention(LibraryCache, NumpyAdapter):
             folded = m._replace(causal=None, softcap=feats.softcap)
         else:
             folded = self._feature_masks(q, m, feats, plan, len_q, feats.len_past + len_k)
-        out = self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index,
-                           is_causal=plain and m.causal is not None)
-        return self._outputs(feats, out, len_k, q)
+        return self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index,
+                            is_causal=plain and m.causal is not None)
 
     def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index, *, is_causal=False):
         """The node with ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v):

@@ -5,36 +5,25 @@ Dtypes: float64, float32, float16, bfloat16.
 
 from __future__ import annotations
 
-import functools
-import os
-
 import numpy as np
 
 from ._base import CAPABILITIES
 from ._generic import Algorithm, ArrayBackend, MaskArgs
-
-
-@functools.cache
-def _tf():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    return tf
+from .optional import tf_module
 
 
 class TensorFlowBackend(ArrayBackend):
-    """Multi-head attention in TensorFlow (algorithms in :mod:`mhaspec.backends._generic`)."""
+    """Multi-head attention in TensorFlow (algorithms in :mod:`mhaspec.backends.algorithms`)."""
 
     framework = "tensorflow"
     framework_label = "tf"
     capabilities = CAPABILITIES  # "grad" by GradientTape (_vjp), "gqa" in the generic algorithms
 
     def framework_version(self) -> str:
-        return _tf().__version__
+        return tf_module().__version__
 
     def devices(self) -> dict[str, str | None]:
-        gpus = _tf().config.list_physical_devices("GPU")
+        gpus = tf_module().config.list_physical_devices("GPU")
         return {"cpu": None, "cuda": None if gpus else "no GPU device visible to tensorflow"}
 
     def dtypes(self, device: str) -> tuple[str, ...]:
@@ -42,15 +31,15 @@ class TensorFlowBackend(ArrayBackend):
 
     def precision_flags(self, device: str) -> dict:
         return {"tf.config.experimental.tensor_float_32_execution_enabled":
-                _tf().config.experimental.tensor_float_32_execution_enabled()}
+                tf_module().config.experimental.tensor_float_32_execution_enabled()}
 
     def asarray(self, x, *, dtype: str, device: str = "cpu"):
-        tf = _tf()
+        tf = tf_module()
         with tf.device("/GPU:0" if device == "cuda" else "/CPU:0"):
             return tf.identity(tf.cast(tf.constant(np.asarray(x)), getattr(tf, dtype)))
 
     def to_numpy(self, x) -> np.ndarray:
-        tf = _tf()
+        tf = tf_module()
         if x.dtype == tf.bfloat16:
             x = tf.cast(x, tf.float32)
         return x.numpy()
@@ -62,67 +51,67 @@ class TensorFlowBackend(ArrayBackend):
         return x.dtype.name
 
     def _matmul(self, a, b):
-        return _tf().linalg.matmul(a, b)
+        return tf_module().linalg.matmul(a, b)
 
     def _transpose(self, x, axes):
         rank = len(x.shape)
-        return _tf().transpose(x, [a % rank for a in axes])
+        return tf_module().transpose(x, [a % rank for a in axes])
 
     def _reshape(self, x, shape):
-        return _tf().reshape(x, shape)
+        return tf_module().reshape(x, shape)
 
     def _exp(self, x):
-        return _tf().exp(x)
+        return tf_module().exp(x)
 
     def _max_last(self, x):
-        return _tf().reduce_max(x, axis=-1, keepdims=True)
+        return tf_module().reduce_max(x, axis=-1, keepdims=True)
 
     def _sum_last(self, x):
-        return _tf().reduce_sum(x, axis=-1, keepdims=True)
+        return tf_module().reduce_sum(x, axis=-1, keepdims=True)
 
     def _where(self, cond, a, b: float):
-        tf = _tf()
+        tf = tf_module()
         return tf.where(cond, a, tf.constant(b, dtype=a.dtype))
 
     def _isfinite(self, x):
-        return _tf().math.is_finite(x)
+        return tf_module().math.is_finite(x)
 
     def _concat(self, xs, axis: int):
-        return _tf().concat(xs, axis=axis)
+        return tf_module().concat(xs, axis=axis)
 
     def _stack(self, xs, axis: int):
-        return _tf().stack(xs, axis=axis)
+        return tf_module().stack(xs, axis=axis)
 
     def _constant(self, array: np.ndarray, like):
-        return _tf().constant(array)
+        return tf_module().constant(array)
 
     def _full(self, shape, value: float, like):
-        tf = _tf()
+        tf = tf_module()
         return tf.fill(shape, tf.constant(value, dtype=like.dtype))
 
     def _constant_as(self, array: np.ndarray, like):
-        tf = _tf()
+        tf = tf_module()
         return tf.cast(tf.constant(array), like.dtype)
 
     def _to_float32(self, x):
-        return _tf().cast(x, _tf().float32)
+        return tf_module().cast(x, tf_module().float32)
 
     def _cast_like(self, x, like):
-        return _tf().cast(x, like.dtype)
+        return tf_module().cast(x, like.dtype)
 
     def _tanh(self, x):
-        return _tf().math.tanh(x)
+        return tf_module().math.tanh(x)
 
     def _log(self, x):
-        return _tf().math.log(x)
+        return tf_module().math.log(x)
 
     def _take_keys(self, x, index):
-        return _tf().gather(x, index, axis=len(x.shape) - 2, batch_dims=1)
+        return tf_module().gather(x, index, axis=len(x.shape) - 2, batch_dims=1)
 
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """GRAD by ``tf.GradientTape`` watching every primal (unconnected ones get zeros); each
         primal is a fresh tensor, so one array passed as query, key and value gets three partials."""
-        tf = _tf()
+        tf = tf_module()
         primals = {n: tf.identity(t) for n, t in primals.items()}
         with tf.GradientTape() as tape:
             tape.watch(list(primals.values()))
@@ -132,7 +121,8 @@ class TensorFlowBackend(ArrayBackend):
 
 
 class FunctionTensorFlowBackend(TensorFlowBackend):
-    """An algorithm (by default the batched one, MHA-2) compiled with ``tf.function``. Masks are
+    """An algorithm (by default the batched one, MHA-2) compiled with ``tf.function``, one function
+    per operation (``_attention``, ``_multi_head``). Masks are
     passed in canonical full form (:meth:`ArrayBackend._canonical_masks`) and the scale as a
     tensor, so each shape and dtype is traced once; spec 1.2 calls once per shape and feature set
     (structural mask and ALiBi in the canonical mask and bias, the soft-cap a tensor, ``lse`` a
@@ -146,17 +136,17 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         """``fn`` as a ``tf.function``, made once per key, without autograph: the algorithms'
         Python control flow depends on shapes only, so tracing runs it as written, and nothing
         re-reads the source file (autograph converts a function from its source text on disk: a
-        ``_generic.py`` edited while a suite ran made it convert the text now at ``_mha``'s old
-        lines, ``_sdpa``, and fail with "takes from 4 to 5 positional arguments but 8 were
+        ``_generic.py`` edited while a suite ran made it convert the text then at another method's
+        old lines and fail with "takes from 4 to 5 positional arguments but 8 were
         given")."""
         if key not in self._compiled:
-            self._compiled[key] = _tf().function(fn, autograph=False)
+            self._compiled[key] = tf_module().function(fn, autograph=False)
         return self._compiled[key]
 
     def _canonical(self, like, full, masks: MaskArgs) -> MaskArgs:
         """Canonical masks, and the scale and soft-cap as tensors (no retrace per value); the
         soft-cap in float32 for float16/bfloat16 (:meth:`_soft_cap` works in float32 there)."""
-        tf = _tf()
+        tf = tf_module()
         masks = self._canonical_masks(like, full, masks)
         cap_dtype = tf.float32 if like.dtype in (tf.float16, tf.bfloat16) else like.dtype
         softcap = None if masks.softcap is None else tf.convert_to_tensor(masks.softcap,
@@ -164,27 +154,16 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         return masks._replace(scale=tf.convert_to_tensor(masks.scale, dtype=like.dtype),
                               softcap=softcap)
 
-    def _sdpa(self, q, k, v, masks: MaskArgs):
+    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
         full = (*self._shape(q)[:3], self._shape(k)[2])
-        return self._compile("sdpa", super()._sdpa)(q, k, v, self._canonical(q, full, masks))
+        return self._compile("attention", super()._attention)(
+            q, k, v, self._canonical(q, full, masks), lse)
 
-    def _mha(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None):
-        full = (self._shape(query)[0], num_heads, self._shape(query)[1], self._shape(key)[1])
-        return self._compile("mha", super()._mha)(query, key, value, p, num_heads,
-                                                  self._canonical(query, full, masks),
-                                                  num_kv_heads)
-
-
-    def _sdpa_ext(self, q, k, v, masks: MaskArgs, lse: bool):
-        full = (*self._shape(q)[:3], self._shape(k)[2])
-        return self._compile("sdpa_ext", super()._sdpa_ext)(q, k, v,
-                                                            self._canonical(q, full, masks), lse)
-
-    def _mha_ext(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
-                 lse=False, cache=None):
+    def _multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
+                    lse=False, cache=None):
         len_all = self._shape(key)[1] + (0 if cache is None else self._shape(cache.past_key)[2])
         full = (self._shape(query)[0], num_heads, self._shape(query)[1], len_all)
-        return self._compile("mha_ext", super()._mha_ext)(
+        return self._compile("mha", super()._multi_head)(
             query, key, value, p, num_heads, self._canonical(query, full, masks), num_kv_heads,
             lse, cache)
 

@@ -10,28 +10,21 @@ import numpy as np
 
 from ._base import CAPABILITIES, native_byte_order
 from ._generic import Algorithm, ArrayBackend
-
-
-def _torch():
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return torch
+from .optional import torch_module
 
 
 class TorchBackend(ArrayBackend):
-    """Multi-head attention in PyTorch (algorithms in :mod:`mhaspec.backends._generic`)."""
+    """Multi-head attention in PyTorch (algorithms in :mod:`mhaspec.backends.algorithms`)."""
 
     framework = "torch"
     framework_label = "torch"
     capabilities = CAPABILITIES  # "grad" by autograd (_vjp), "gqa" in the generic algorithms
 
     def framework_version(self) -> str:
-        return _torch().__version__
+        return torch_module().__version__
 
     def devices(self) -> dict[str, str | None]:
-        torch = _torch()
+        torch = torch_module()
         return {"cpu": None,
                 "cuda": None if torch.cuda.is_available() else "no CUDA device visible to torch"}
 
@@ -39,16 +32,16 @@ class TorchBackend(ArrayBackend):
         return ("float64", "float32", "float16", "bfloat16")
 
     def precision_flags(self, device: str) -> dict:
-        torch = _torch()
+        torch = torch_module()
         return {"torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
                 "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}
 
     def asarray(self, x, *, dtype: str, device: str = "cpu"):
-        torch = _torch()
+        torch = torch_module()
         return torch.as_tensor(native_byte_order(x)).to(device=device, dtype=getattr(torch, dtype))
 
     def to_numpy(self, x) -> np.ndarray:
-        torch = _torch()
+        torch = torch_module()
         x = x.detach().cpu()
         return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
 
@@ -59,7 +52,7 @@ class TorchBackend(ArrayBackend):
         return str(x.dtype).removeprefix("torch.")
 
     def _matmul(self, a, b):
-        return _torch().matmul(a, b)
+        return torch_module().matmul(a, b)
 
     def _transpose(self, x, axes):
         return x.permute(*axes)
@@ -77,25 +70,25 @@ class TorchBackend(ArrayBackend):
         return x.sum(dim=-1, keepdim=True)
 
     def _where(self, cond, a, b: float):
-        return _torch().where(cond, a, _torch().tensor(b, dtype=a.dtype, device=a.device))
+        return torch_module().where(cond, a, torch_module().tensor(b, dtype=a.dtype, device=a.device))
 
     def _isfinite(self, x):
-        return _torch().isfinite(x)
+        return torch_module().isfinite(x)
 
     def _concat(self, xs, axis: int):
-        return _torch().cat(xs, dim=axis)
+        return torch_module().cat(xs, dim=axis)
 
     def _stack(self, xs, axis: int):
-        return _torch().stack(xs, dim=axis)
+        return torch_module().stack(xs, dim=axis)
 
     def _constant(self, array: np.ndarray, like):
-        return _torch().as_tensor(array, device=like.device)
+        return torch_module().as_tensor(array, device=like.device)
 
     def _constant_as(self, array: np.ndarray, like):
-        return _torch().as_tensor(array, device=like.device).to(like.dtype)
+        return torch_module().as_tensor(array, device=like.device).to(like.dtype)
 
     def _full(self, shape, value: float, like):
-        return _torch().full(shape, value, dtype=like.dtype, device=like.device)
+        return torch_module().full(shape, value, dtype=like.dtype, device=like.device)
 
     def _to_float32(self, x):
         return x.float()
@@ -111,11 +104,11 @@ class TorchBackend(ArrayBackend):
 
     def _take_keys(self, x, index):
         index = index.reshape(index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1)
-        return _torch().take_along_dim(x, index, dim=-2)
+        return torch_module().take_along_dim(x, index, dim=-2)
 
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """GRAD by autograd: fresh leaves (one per argument, even for self-attention)."""
-        torch = _torch()
+        torch = torch_module()
         leaves = {n: t.detach().clone().requires_grad_(True) for n, t in primals.items()}
         with torch.enable_grad():
             grads = torch.autograd.grad(fn(leaves), list(leaves.values()), grad_outputs=cotangent,

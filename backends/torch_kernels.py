@@ -29,7 +29,7 @@ dtypes are the kernels' documented input types, and float64 is declared against 
 from __future__ import annotations
 
 from .adapters import MaskArgs
-from .torch_backend import _torch
+from .optional import torch_module
 from .torch_native import TorchSDPA
 
 _MASK_13 = TorchSDPA.deviations["MASK-13"]
@@ -81,7 +81,7 @@ class TorchSDPAKernel(TorchSDPA):
 
             def widen(x):
                 pad = width - x.shape[-1]
-                return _torch().nn.functional.pad(x, (0, pad)) if pad else x
+                return torch_module().nn.functional.pad(x, (0, pad)) if pad else x
 
             out, weights = super().attention(widen(q), widen(k), widen(v), masks)
             return out[..., :d_v], weights

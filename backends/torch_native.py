@@ -55,7 +55,7 @@ from __future__ import annotations
 from . import layouts, masks
 from ._base import MHAParams
 from .adapters import MaskArgs, TorchAdapter
-from .torch_backend import _torch
+from .optional import torch_module
 
 
 class TorchSDPA(TorchAdapter):
@@ -84,7 +84,7 @@ class TorchSDPA(TorchAdapter):
         return dict(self.deviations)
 
     def attention(self, q, k, v, m: MaskArgs):
-        F = _torch().nn.functional
+        F = torch_module().nn.functional
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
         additive = masks.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
         causal = m.causal
@@ -133,7 +133,7 @@ class TorchMHA(TorchAdapter):
 
     def _module(self, p: MHAParams, num_heads: int, like):
         """An nn.MultiheadAttention holding the spec's parameters (PARAM-1, PARAM-2)."""
-        torch = _torch()
+        torch = torch_module()
         d_model, hd_k = self._shape(p.w_q)
         hd_v, d_out = self._shape(p.w_o)
         if hd_k != d_model or hd_v != d_model or d_out != d_model:
@@ -153,7 +153,7 @@ class TorchMHA(TorchAdapter):
         return mod
 
     def mha(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
-        with _torch().no_grad():
+        with torch_module().no_grad():
             out, weights, _ = self._call(query, key, value, p, num_heads, m)
         return out, weights
 
@@ -162,7 +162,7 @@ class TorchMHA(TorchAdapter):
                 scale=None, num_kv_heads=None) -> dict:
         """GRAD: autograd w.r.t. fresh input leaves and the module's parameters, mapped back to the
         spec's layout (:func:`.layouts.from_torch_mha`: transposed, packed in_proj split)."""
-        torch = _torch()
+        torch = torch_module()
         call = self._mha_call(query, key, value, params, num_heads, mask, bias, legacy_mask,
                               key_padding_mask, causal, scale, num_kv_heads)
         params = call.params

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from mhaspec.backends.algorithms import Batched
 from mhaspec.backends.np_backend import NumpyBackend
 from mhaspec.spec import oracle, oracle_vjp
 from oracle_backend import OracleBackend
 
 
 class _Broken(NumpyBackend):
-    def __init__(self, name: str, variant: str = "batched"):
+    def __init__(self, name: str, variant="batched"):
         super().__init__(variant)
         self.name = name
 
@@ -23,8 +24,9 @@ class _Broken(NumpyBackend):
 class WrongScale(_Broken):
     """Scales logits by 1/d_k instead of 1/sqrt(d_k) (and squares a given scale)."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        return super()._attend(q, k, v, allowed, additive, scale * scale)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return super()._attend(q, k, v, allowed, additive,
+                               masks._replace(scale=masks.scale * masks.scale), lse)
 
 
 class SoftmaxOverQueries(_Broken):
@@ -45,19 +47,21 @@ class MaskPolarityFlipped(_Broken):
                                       key_padding_mask, causal)
 
 
+class _SplitWrongOrder(Batched):
+    def split(self, ops, x, num_heads):
+        b, length, width = ops._shape(x)
+        return np.transpose(x.reshape(b, length, width // num_heads, num_heads), (0, 3, 1, 2))
+
+    def combine(self, ops, x):
+        b, h, length, d = ops._shape(x)
+        return np.transpose(x, (0, 2, 3, 1)).reshape(b, length, h * d)
+
+
 class HeadsSplitWrongOrder(_Broken):
     """Splits h*d as (d, h) instead of (h, d): heads take interleaved columns."""
 
-    def _split(self, x, num_heads):
-        b, length, width = self._shape(x)
-        return np.transpose(x.reshape(b, length, width // num_heads, num_heads), (0, 3, 1, 2))
-
-    def _combine(self, x):
-        b, h, length, d = self._shape(x)
-        return np.transpose(x, (0, 2, 3, 1)).reshape(b, length, h * d)
-
-    def split_heads(self, x, num_heads):
-        return self._split(x, num_heads)
+    def __init__(self, name: str):
+        super().__init__(name, _SplitWrongOrder())
 
 
 class KeysReshapedWithQueryLength(_Broken):
@@ -67,9 +71,14 @@ class KeysReshapedWithQueryLength(_Broken):
         self._len_q = self._shape(query)[1]
         return super()._mha(query, key, value, p, num_heads, *rest)
 
-    def _split(self, x, num_heads):
-        b, _, width = self._shape(x)
-        x = x.reshape(b, self._len_q, num_heads, width // num_heads)
+    def __init__(self, name: str):
+        super().__init__(name, _SplitWithQueryLength())
+
+
+class _SplitWithQueryLength(Batched):
+    def split(self, ops, x, num_heads):
+        b, _, width = ops._shape(x)
+        x = x.reshape(b, ops._len_q, num_heads, width // num_heads)
         return np.transpose(x, (0, 2, 1, 3))
 
 
@@ -136,29 +145,30 @@ class ScaleFromDv(_Broken):
 class ScaleAfterSoftmax(_Broken):
     """Applies the scale to the weights after the softmax instead of to the logits."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        _, weights = super()._attend(q, k, v, allowed, additive, 1.0)
-        weights = weights * scale
-        return np.matmul(weights, v), weights
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        _, weights, _ = super()._attend(q, k, v, allowed, additive, masks._replace(scale=1.0))
+        weights = weights * masks.scale
+        return np.matmul(weights, v), weights, None
 
 
 class NoMaxSubtraction(_Broken):
     """Softmax without subtracting the row maximum: exp overflows at large logits (NUM-4)."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        return _plain_attend(q, k, v, allowed, additive, scale, subtract_max=False)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return (*_plain_attend(q, k, v, allowed, additive, masks.scale, subtract_max=False),
+                None)
 
 
 class SoftmaxThenMaskRenormalised(_Broken):
     """Softmax over all keys ignoring the masks, then masked weights zeroed and rows renormalised."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        _, weights = super()._attend(q, k, v, None, additive, scale)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        _, weights, _ = super()._attend(q, k, v, None, additive, masks)
         if allowed is not None:
             weights = np.where(allowed, weights, 0.0)
             total = np.sum(weights, axis=-1, keepdims=True)
             weights = weights / np.where(total != 0, total, 1.0)
-        return np.matmul(weights, v), weights
+        return np.matmul(weights, v), weights, None
 
 
 class FiniteMaskValue(_Broken):
@@ -174,13 +184,13 @@ class FiniteMaskValueZeroRows(FiniteMaskValue):
     """-1e4 instead of -inf, with fully masked rows zeroed explicitly: right on MASK-9, but masked
     keys still take the weight when every allowed logit of a row is below -1e4."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        out, w = super()._attend(q, k, v, allowed, additive, scale)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
         if allowed is not None:
             empty = ~np.broadcast_to(allowed, w.shape).any(axis=-1, keepdims=True)
             w = np.where(empty, 0, w).astype(w.dtype)
             out = np.matmul(w, v)
-        return out, w
+        return out, w, row_lse
 
 
 class MaskFilledWithZero(_Broken):
@@ -194,9 +204,9 @@ class MaskFilledWithZero(_Broken):
 class WeightsBeforeMasking(_Broken):
     """Output is masked, but the returned weights are the softmax before masking."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        out, _ = super()._attend(q, k, v, allowed, additive, scale)
-        return out, super()._attend(q, k, v, None, additive, scale)[1]
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, _, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
+        return out, super()._attend(q, k, v, None, additive, masks)[1], row_lse
 
 
 class CausalAlignmentSwapped(_Broken):
@@ -248,8 +258,8 @@ class BiasSubtracted(_Broken):
 class BiasBeforeScaling(_Broken):
     """Adds the bias (and legacy mask) to Q K^T before scaling: softmax(scale * (Q K^T + bias))."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        return super()._attend(q, k, v, allowed, [t * scale for t in additive], scale)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return super()._attend(q, k, v, allowed, [t * masks.scale for t in additive], masks, lse)
 
 
 class LegacyMaskPolarityFlipped(_Broken):
@@ -286,16 +296,21 @@ class MaskMeanOfVDeclaredBiasZero(FullyMaskedRowsUniform):
 class FullyMaskedRowsNaN(_Broken):
     """Textbook softmax with no guard: a fully masked row gives exp(-inf - -inf) = NaN."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         with np.errstate(invalid="ignore", divide="ignore"):
-            return _plain_attend(q, k, v, allowed, additive, scale)
+            return (*_plain_attend(q, k, v, allowed, additive, masks.scale), None)
 
 
 class CombineHeadsWithoutTranspose(_Broken):
     """Combines heads by reshaping (B, h, L, d) straight to (B, L, h*d), without the transpose."""
 
-    def _combine(self, x):
-        b, h, length, d = self._shape(x)
+    def __init__(self, name: str):
+        super().__init__(name, _CombineWithoutTranspose())
+
+
+class _CombineWithoutTranspose(Batched):
+    def combine(self, ops, x):
+        b, h, length, d = ops._shape(x)
         return np.reshape(x, (b, length, h * d))
 
 
@@ -303,9 +318,9 @@ class HeadsAveragedAfterOutputBlocks(_Broken):
     """Projects each head by its block of W_o and averages the heads instead of summing them."""
 
     def _mha(self, query, key, value, p, num_heads, *rest):
-        out, weights = super()._mha(query, key, value, p, num_heads, *rest)
+        res = super()._mha(query, key, value, p, num_heads, *rest)
         b_o = 0 if p.b_o is None else p.b_o
-        return (out - b_o) / num_heads + b_o, weights
+        return res._replace(output=(res.output - b_o) / num_heads + b_o)
 
 
 class MissingOutputBias(_Broken):
@@ -369,8 +384,10 @@ class WeightsAveragedOverHeads(_Broken):
     """Returns the head-averaged weights (nn.MultiheadAttention's default) for every head."""
 
     def _mha(self, query, key, value, p, *rest):
-        out, weights = super()._mha(query, key, value, p, *rest)
-        return out, np.broadcast_to(weights.mean(axis=1, keepdims=True), weights.shape).copy()
+        res = super()._mha(query, key, value, p, *rest)
+        weights = res.weights
+        return res._replace(weights=np.broadcast_to(weights.mean(axis=1, keepdims=True),
+                                                    weights.shape).copy())
 
 
 class BooleanMaskAddedAsMinusInf(_Broken):
@@ -384,28 +401,29 @@ class BooleanMaskAddedAsMinusInf(_Broken):
 class OutputNanToNum(_Broken):
     """Sanitises the result with nan_to_num: NaN inputs give finite garbage instead of NaN."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        out, w = super()._attend(q, k, v, allowed, additive, scale)
-        return np.nan_to_num(out), np.nan_to_num(w)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
+        return np.nan_to_num(out), np.nan_to_num(w), row_lse
 
 
 class EmptyKeysRejected(_Broken):
     """Takes the row maximum with an empty reduction: L_k = 0 raises instead of giving zeros."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         logits = np.matmul(q, np.swapaxes(k, -1, -2))
         np.max(logits, axis=-1)  # ValueError: zero-size array to reduction operation
-        return super()._attend(q, k, v, allowed, additive, scale)
+        return super()._attend(q, k, v, allowed, additive, masks, lse)
 
 
 class TinyQueriesTreatedAsPadding(_Broken):
     """Treats query rows below the smallest normal number as padding and zeroes their output (a
     "skip empty rows" shortcut): subnormal queries must still attend (their logits are ~0)."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        out, w = super()._attend(q, k, v, allowed, additive, scale)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
         pad = np.max(np.abs(q), axis=-1, keepdims=True) < np.finfo(q.dtype).tiny
-        return np.where(pad, 0, out).astype(out.dtype), np.where(pad, 0, w).astype(w.dtype)
+        return (np.where(pad, 0, out).astype(out.dtype), np.where(pad, 0, w).astype(w.dtype),
+                row_lse)
 
 
 
@@ -428,17 +446,23 @@ class FusedProjectionWhenKeyIsValue(_Broken):
     """Tests only ``key is value`` before taking the fused [W_q | W_k | W_v] projection of the
     query array: with encoder memory as key and value, keys and values come from the query."""
 
-    def _project_qkv(self, query, key, value, p):
+    def __init__(self, name: str):
+        super().__init__(name, _FusedWhenKeyIsValue())
+
+
+class _FusedWhenKeyIsValue(Batched):
+    def _project_qkv(self, ops, query, key, value, p):
         if key is value:
-            return super()._project_qkv(query, query, query, p)
-        return super()._project_qkv(query, key, value, p)
+            return super()._project_qkv(ops, query, query, query, p)
+        return super()._project_qkv(ops, query, key, value, p)
 
 class Float64ThroughFloat32(_Broken):
     """Rounds the scale through float32 in every dtype (ONNX Runtime's float64 Attention does):
     float64 results with errors ~1e-8, float32's size."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        return super()._attend(q, k, v, allowed, additive, float(np.float32(scale)))
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return super()._attend(q, k, v, allowed, additive,
+                               masks._replace(scale=float(np.float32(masks.scale))), lse)
 
 
 class BiasMergedWithFinfoMin(_Broken):
@@ -446,11 +470,11 @@ class BiasMergedWithFinfoMin(_Broken):
     libraries use when a bias is present; without a bias, -inf and the guarded softmax): a fully
     masked row gets uniform weights, the mean of V, only when a bias is present (MASK-9)."""
 
-    def _attend_ext(self, q, k, v, allowed, additive, scale, softcap, lse):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         if not additive or allowed is None:
-            return super()._attend_ext(q, k, v, allowed, additive, scale, softcap, lse)
+            return super()._attend(q, k, v, allowed, additive, masks, lse)
         merged = np.where(allowed, sum(additive), np.finfo(q.dtype).min).astype(q.dtype)
-        return super()._attend_ext(q, k, v, None, [merged], scale, softcap, lse)
+        return super()._attend(q, k, v, None, [merged], masks, lse)
 
 
 class CausalSkippedForOneQuery(_Broken):
@@ -609,11 +633,12 @@ class Float32SoftmaxInFloat64(_Broken):
     """Computes the attention (logits, softmax, weights times V) in float32 whatever the input
     dtype and casts back: float64 results with float32 accuracy; float32 is right."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         low = [np.asarray(t).astype(np.float32) for t in additive]
-        out, w = super()._attend(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
-                                 allowed, low, scale)
-        return out.astype(q.dtype), w.astype(q.dtype)
+        out, w, row_lse = super()._attend(q.astype(np.float32), k.astype(np.float32),
+                                          v.astype(np.float32), allowed, low, masks, lse)
+        return out.astype(q.dtype), w.astype(q.dtype), \
+            None if row_lse is None else row_lse.astype(q.dtype)
 
 
 class ValueWidthMustEqualKeyWidth(_Broken):
@@ -624,10 +649,10 @@ class ValueWidthMustEqualKeyWidth(_Broken):
             raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
         return super().scaled_dot_product_attention(q, k, v, **kw)
 
-    def _attend(self, q, k, v, allowed, additive, scale):
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
         if v.shape[-1] != q.shape[-1]:
             raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
-        return super()._attend(q, k, v, allowed, additive, scale)
+        return super()._attend(q, k, v, allowed, additive, masks, lse)
 
 
 WRONG_SCALE = WrongScale("broken-wrong-scale")

@@ -14,8 +14,9 @@ Both must fail NUM-2 on CUDA (``tests/test_gpu.py``). On CPU they compute correc
 
 from __future__ import annotations
 
-from mhaspec.backends.jax_backend import JaxBackend, _jnp
-from mhaspec.backends.torch_backend import TorchBackend, _torch
+from mhaspec.backends.jax_backend import JaxBackend
+from mhaspec.backends.optional import jnp_module, torch_module
+from mhaspec.backends.torch_backend import TorchBackend
 
 
 class SilentTF32(TorchBackend):
@@ -26,7 +27,7 @@ class SilentTF32(TorchBackend):
         self.name = name
 
     def _matmul(self, a, b):
-        torch = _torch()
+        torch = torch_module()
         torch.backends.cuda.matmul.allow_tf32 = True
         try:
             return torch.matmul(a, b)
@@ -42,7 +43,7 @@ class JaxDefaultPrecision(JaxBackend):
         self.name = name
 
     def _matmul(self, a, b):
-        return _jnp().matmul(a, b)
+        return jnp_module().matmul(a, b)
 
 
 SILENT_TF32 = SilentTF32("broken-silent-tf32")

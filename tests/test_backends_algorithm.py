@@ -140,16 +140,30 @@ def test_the_algorithm_cannot_be_reassigned(name):
         backend.algorithm = Algorithm.PER_HEAD
 
 
-def test_the_algorithm_cannot_be_changed_after_construction_or_redefined():
+def test_the_algorithm_object_is_chosen_once_at_construction():
+    """An array backend holds one algorithm object, chosen by its constructor; an algorithm
+    object (a variant of one of the two) is accepted as it is."""
+    from mhaspec.backends import algorithms
     from mhaspec.backends.np_backend import NumpyBackend
 
-    backend = NumpyBackend(Algorithm.BATCHED)
-    with pytest.raises(AttributeError, match="chosen once"):
-        backend._algorithm = Algorithm.PER_HEAD
-    for member in ("algorithm", "_algorithm", "_batched"):
-        with pytest.raises(TypeError, match="redefines"):
-            type("Sneaky", (NumpyBackend,), {member: property(lambda self: Algorithm.PER_HEAD)})
-    assert backend.algorithm is Algorithm.BATCHED
+    for kind in Algorithm:
+        assert NumpyBackend(kind).algorithm is kind
+        assert NumpyBackend(kind.value).algorithm is kind
+
+    class Variant(algorithms.PerHead):
+        pass
+
+    assert NumpyBackend(Variant()).algorithm is Algorithm.PER_HEAD
+
+
+def test_adapters_construct_no_algorithm():
+    """A native adapter computes with its op: it holds no algorithm object."""
+    from mhaspec.backends.adapters import NumpyAdapter
+
+    class Op(NumpyAdapter):
+        native_op = "op"
+
+    assert getattr(Op("op"), "algorithm", None) is None
 
 
 def test_an_unknown_algorithm_is_rejected():

@@ -124,8 +124,8 @@ def test_a_clean_backend_gets_no_diagnosis(backend):
 class _NoScale(NumpyBackend):
     """Forgets the 1/sqrt(d_k) scale: the issue's example."""
 
-    def _attend(self, q, k, v, allowed, additive, scale):
-        return super()._attend(q, k, v, allowed, additive, 1.0)
+    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
+        return super()._attend(q, k, v, allowed, additive, masks._replace(scale=1.0), lse)
 
 
 def test_a_forgotten_scale_is_named():

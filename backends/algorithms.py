@@ -1,0 +1,292 @@
+"""The two algorithms of multi-head attention, written once over a framework's primitives.
+
+Axis legend: B batch, L_q / L_k lengths (L_K = L_past + L_k with a KV cache), h query heads,
+g key/value heads, d_model query width, k_dim / v_dim key / value widths, d_k / d_v per-head
+widths, d_out output width.
+
+* :class:`PerHead` (``Algorithm.PER_HEAD``): the definition (MHA-1), head by head: slice the
+  column block of each projection, attend, concatenate.
+* :class:`Batched` (``Algorithm.BATCHED``): the optimisation (MHA-2): one GEMM per projection over
+  ``B*L`` rows (for self-attention, ``query is key is value``, one GEMM against
+  ``[W_q | W_k | W_v]``), reshape into heads, one batched attention over ``(B, h)``, reshape back,
+  one output GEMM.
+
+An algorithm is a stateless object chosen once, when a backend is constructed; each method takes
+that backend (``ops``: its primitives, :class:`~.primitives.ArrayPrimitives`, its attention kernel
+``ops._attend`` (:func:`attend` by default) and its mask composition) first. Every call is a
+spec 1.2 call: ``masks`` (``MaskArgs``) carries the soft-cap and ALiBi when given, ``lse`` asks for
+the log-sum-exp, ``cache`` holds a KV cache; a spec 1.1 call leaves them at None / False. A new
+feature that shapes the logits is a field of ``MaskArgs`` read by :func:`attend` (and cut per
+head in :meth:`PerHead._heads` when it has a head axis); one that changes what is computed around
+attention is a step of :meth:`Batched.mha` and of :meth:`PerHead.mha`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+
+class Algorithm(enum.Enum):
+    """How an array backend computes: fixed when the backend is constructed."""
+
+    PER_HEAD = "perhead"  # the definition, head by head (MHA-1)
+    BATCHED = "batched"   # all heads at once (MHA-2)
+
+
+class Cache(NamedTuple):
+    """A KV cache as the algorithms take it: past_key (B, g, L_past, d_k), past_value (B, g,
+    L_past, d_v) (backend arrays) and the present-cache index (B, L_K) as a backend integer array,
+    or None for a full cache (the present cache is ``concat([past, new])``)."""
+
+    past_key: Any
+    past_value: Any
+    index: Any = None
+
+
+def attend(ops, q, k, v, allowed, additive, masks, lse: bool = False):
+    """Attention over the last two axes (any leading axes): q (..., L_q, d_k), k (..., L_k, d_k),
+    v (..., L_k, d_v); ``allowed`` boolean broadcastable to (..., L_q, L_k) or None; ``additive``
+    terms added to the logits (``allowed`` and ``additive`` are the call's masks, cut per head by
+    :class:`PerHead`); from ``masks`` (``MaskArgs``) the kernel reads what shapes the logits
+    besides them: ``scale``, and ``softcap`` c (None: none) applied after the scale and before the
+    additive terms and masks (SOFTCAP-1) -> (out (..., L_q, d_v), weights (..., L_q, L_k),
+    lse (..., L_q) or None): with ``lse``, the per-row log-sum-exp of the final logits over the
+    allowed keys, -inf for an empty row (LSE-1)."""
+    logits = ops._matmul(q, ops._transpose(k, (*range(len(ops._shape(k)) - 2), -1, -2)))
+    if ops._shape(k)[-2] == 0:  # L_k = 0: every row is fully masked (SHAPE-4, MASK-9)
+        out = ops._matmul(logits, v)  # (..., L_q, 0) @ (..., 0, d_v) = zeros
+        if not lse:
+            return out, logits, None
+        zeros = ops._sum_last(logits)
+        return out, logits, _drop_last(ops, ops._where(zeros != 0, zeros, -np.inf))
+    logits = ops._imul(logits, masks.scale)
+    if masks.softcap is not None:
+        logits = soft_cap(ops, logits, masks.softcap)
+    for term in additive:
+        logits = ops._iadd(logits, term)
+    if allowed is not None:
+        logits = ops._ifill_masked(logits, allowed)
+    row_max = ops._max_last(logits)
+    row_max = ops._where(ops._isfinite(row_max), row_max, 0.0)
+    e = ops._iexp(ops._isub(logits, row_max))
+    total = ops._sum_last(e)
+    nonempty = total != 0
+    safe_total = ops._where(nonempty, total, 1.0)
+    weights = ops._idiv(e, safe_total)
+    out = ops._matmul(weights, v)
+    if not lse:
+        return out, weights, None
+    return out, weights, _drop_last(ops, ops._where(nonempty, row_max + ops._log(safe_total),
+                                                    -np.inf))
+
+
+def soft_cap(ops, logits, softcap):
+    """``c·tanh(S/c)`` (SOFTCAP-1). float16/bfloat16 logits are capped in float32 and rounded
+    back once: c itself may lie outside their range (c = 1e6 is inf in float16, and
+    ``S/inf · inf`` is NaN), and the extra rounding of ``S/c`` would add error NUM-3 does not
+    budget for."""
+    if ops._dtype_name(logits) in ("float16", "bfloat16"):
+        wide = ops._to_float32(logits)
+        return ops._cast_like(ops._imul(ops._tanh(ops._idiv(wide, softcap)), softcap), logits)
+    return ops._imul(ops._tanh(ops._idiv(logits, softcap)), softcap)
+
+
+def present(ops, past, new, index):
+    """CACHE-1: past (B, ..., L_past, d), new (B, ..., L_k, d) -> the present cache (B, ...,
+    L_past + L_k, d): the valid past, the new entries, zeros; ``index`` None: a full cache."""
+    if index is None:
+        return ops._concat([past, new], axis=-2)
+    shape = ops._shape(new)
+    zero = ops._full((*shape[:-2], 1, shape[-1]), 0.0, new)
+    return ops._take_keys(ops._concat([past, new, zero], axis=-2), index)
+
+
+class Batched:
+    """MHA-2: all heads at once (see the module docstring)."""
+
+    kind = Algorithm.BATCHED
+
+    def split(self, ops, x, num_heads: int):
+        """(B, L, h*d) -> (B, h, L, d) by a reshape and a transpose."""
+        b, length, width = ops._shape(x)
+        return ops._transpose(ops._reshape(x, (b, length, num_heads, width // num_heads)),
+                              (0, 2, 1, 3))
+
+    def combine(self, ops, x):
+        """(B, h, L, d) -> (B, L, h*d) by a transpose and a reshape."""
+        b, h, length, d = ops._shape(x)
+        return ops._reshape(ops._transpose(x, (0, 2, 1, 3)), (b, length, h * d))
+
+    def linear(self, ops, x, w, b):
+        """x (..., in) @ w (in, out) + b (out,) as one 2-D GEMM over the rows of x."""
+        lead = ops._shape(x)[:-1]
+        y = ops._reshape(ops._matmul(ops._reshape(x, (-1, ops._shape(x)[-1])), w),
+                         (*lead, ops._shape(w)[1]))
+        return y if b is None else ops._iadd(y, b)
+
+    def attention(self, ops, q, k, v, masks, lse: bool = False):
+        """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), g dividing h (query head i
+        uses key/value head i // (h / g), GQA-1) -> (out (B, h, L_q, d_v), weights (B, h, L_q,
+        L_k), lse (B, h, L_q) or None): each key/value head repeated for its query heads, then
+        one batched kernel call."""
+        allowed = ops._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
+        additive = ops._additive_terms(masks)
+        group = ops._shape(q)[1] // ops._shape(k)[1]
+        if group > 1:
+            k, v = _repeat_heads(ops, k, group), _repeat_heads(ops, v, group)
+        return ops._attend(q, k, v, allowed, additive, masks, lse)
+
+    def mha(self, ops, query, key, value, p, num_heads: int, masks, g: int, lse: bool = False,
+            cache: Cache | None = None):
+        """query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim), g key/value heads
+        -> (out (B, L_q, d_out), weights, lse or None, present_key or None, present_value or
+        None): project once, split into heads, one batched attention, combine, project. With
+        ``cache``, the projected keys and values join the cache's first (CACHE-1)."""
+        if g == num_heads:
+            q, k, v = self._project_qkv(ops, query, key, value, p)
+        else:
+            q, k, v = (self.linear(ops, query, p.w_q, p.b_q), self.linear(ops, key, p.w_k, p.b_k),
+                       self.linear(ops, value, p.w_v, p.b_v))
+        q, k, v = self.split(ops, q, num_heads), self.split(ops, k, g), self.split(ops, v, g)
+        kept = (None, None)
+        if cache is not None:
+            k = present(ops, cache.past_key, k, cache.index)
+            v = present(ops, cache.past_value, v, cache.index)
+            kept = (k, v)
+        out, weights, row_lse = self.attention(ops, q, k, v, masks, lse)
+        return self.linear(ops, self.combine(ops, out), p.w_o, p.b_o), weights, row_lse, *kept
+
+    def _project_qkv(self, ops, query, key, value, p):
+        """The three input projections. For self-attention (``query is key is value``) with all
+        or none of b_q, b_k, b_v: one GEMM against the column concatenation ``[W_q | W_k | W_v]``
+        (built per call: a copy of the weights, cheap next to the GEMM), then column slices of the
+        result."""
+        biases = (p.b_q, p.b_k, p.b_v)
+        same_bias = all(b is None for b in biases) or all(b is not None for b in biases)
+        if not (query is key and key is value and same_bias):
+            return (self.linear(ops, query, p.w_q, p.b_q), self.linear(ops, key, p.w_k, p.b_k),
+                    self.linear(ops, value, p.w_v, p.b_v))
+        w = ops._concat([p.w_q, p.w_k, p.w_v], axis=1)
+        b = None if p.b_q is None else ops._concat(list(biases), axis=0)
+        qkv = self.linear(ops, query, w, b)
+        n_qk, n_v = ops._shape(p.w_q)[1], ops._shape(p.w_v)[1]
+        return qkv[..., :n_qk], qkv[..., n_qk:2 * n_qk], qkv[..., 2 * n_qk:2 * n_qk + n_v]
+
+
+class PerHead:
+    """MHA-1: the definition, head by head (see the module docstring)."""
+
+    kind = Algorithm.PER_HEAD
+
+    def split(self, ops, x, num_heads: int):
+        """(B, L, h*d) -> (B, h, L, d): the column block of each head, stacked."""
+        d = ops._shape(x)[2] // num_heads
+        return ops._stack([x[..., i * d:(i + 1) * d] for i in range(num_heads)], axis=1)
+
+    def combine(self, ops, x):
+        """(B, h, L, d) -> (B, L, h*d): the heads concatenated."""
+        return ops._concat([x[:, i] for i in range(ops._shape(x)[1])], axis=-1)
+
+    def linear(self, ops, x, w, b):
+        """x (..., in) @ w (in, out) + b (out,)."""
+        y = ops._matmul(x, w)
+        return y if b is None else ops._iadd(y, b)
+
+    def attention(self, ops, q, k, v, masks, lse: bool = False):
+        """As :meth:`Batched.attention`, one kernel call per query head."""
+        allowed = ops._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
+        heads, group = ops._shape(q)[1], ops._shape(q)[1] // ops._shape(k)[1]
+        outs, weights, row_lse = self._heads(
+            ops, heads, lambda i: (q[:, i], k[:, i // group], v[:, i // group]), allowed,
+            ops._additive_terms(masks), masks, lse)
+        return ops._stack(outs, axis=1), weights, row_lse
+
+    def mha(self, ops, query, key, value, p, num_heads: int, masks, g: int, lse: bool = False,
+            cache: Cache | None = None):
+        """As :meth:`Batched.mha`: head i projects with its column block of W_q and key/value
+        head i // (h / g)'s blocks of W_k and W_v, attends, and the heads are concatenated before
+        W_o. With ``cache``, key/value head j's projections join the cache's head j first."""
+        group = num_heads // g
+        d_k = ops._shape(p.w_q)[1] // num_heads
+        d_v = ops._shape(p.w_v)[1] // g
+
+        def kv_head(j):
+            kc, vc = slice(j * d_k, (j + 1) * d_k), slice(j * d_v, (j + 1) * d_v)
+            k = self.linear(ops, key, p.w_k[:, kc], _columns(p.b_k, kc))
+            v = self.linear(ops, value, p.w_v[:, vc], _columns(p.b_v, vc))
+            if cache is None:
+                return k, v
+            return (present(ops, cache.past_key[:, j], k, cache.index),
+                    present(ops, cache.past_value[:, j], v, cache.index))
+
+        kv_heads = [kv_head(j) for j in range(g)]
+
+        def head(i):
+            qc = slice(i * d_k, (i + 1) * d_k)
+            return (self.linear(ops, query, p.w_q[:, qc], _columns(p.b_q, qc)),
+                    *kv_heads[i // group])
+
+        allowed = ops._combine_masks(ops._shape(query)[1], ops._shape(key)[1], query, masks.mask,
+                                     masks.key_padding_mask, masks.causal)
+        heads, weights, row_lse = self._heads(ops, num_heads, head, allowed,
+                                              ops._additive_terms(masks), masks, lse)
+        kept = (None, None)
+        if cache is not None:
+            kept = tuple(ops._stack([kv[n] for kv in kv_heads], axis=1) for n in (0, 1))
+        out = self.linear(ops, ops._concat(heads, axis=-1), p.w_o, p.b_o)
+        return out, weights, row_lse, *kept
+
+    def _heads(self, ops, num_heads: int, head_inputs: Callable[[int], tuple], allowed, additive,
+               masks, lse: bool):
+        """The kernel head by head: ``head_inputs(i)`` gives head i's (q, k, v); masks broadcast
+        to (B, h, L_q, L_k) are cut per head. Returns the list of head outputs, the weights
+        stacked to (B, h, L_q, L_k) and the log-sum-exps stacked to (B, h, L_q) (None without
+        ``lse``)."""
+        allowed = _as_rank4(ops, allowed)
+        additive = [_as_rank4(ops, t) for t in additive]
+        outs, weights, lses = [], [], []
+        for i in range(num_heads):
+            o, w, row_lse = ops._attend(*head_inputs(i), _head(allowed, i),
+                                        [_head(t, i) for t in additive], masks, lse)
+            outs.append(o)
+            weights.append(w)
+            lses.append(row_lse)
+        row_lse = None if lses[0] is None else ops._stack(lses, axis=1)
+        return outs, ops._stack(weights, axis=1), row_lse
+
+
+#: The algorithm object of each :class:`Algorithm` (stateless: one of each serves every backend).
+ALGORITHMS = {Algorithm.PER_HEAD: PerHead(), Algorithm.BATCHED: Batched()}
+
+
+def _repeat_heads(ops, x, group: int):
+    """(B, g, L, d) -> (B, g * group, L, d): each head repeated ``group`` times in place."""
+    return ops._stack([x[:, i // group] for i in range(ops._shape(x)[1] * group)], axis=1)
+
+
+def _drop_last(ops, x):
+    """(..., n, 1) -> (..., n)."""
+    return ops._reshape(x, ops._shape(x)[:-1])
+
+
+def _columns(b, cols: slice):
+    """Columns ``cols`` of a bias, or None for an absent bias."""
+    return None if b is None else b[cols]
+
+
+def _as_rank4(ops, m):
+    """Left-pad a mask/bias broadcastable to (B, h, L_q, L_k) to rank 4."""
+    if m is None:
+        return None
+    shape = ops._shape(m)
+    return ops._reshape(m, (1,) * (4 - len(shape)) + shape) if len(shape) < 4 else m
+
+
+def _head(m, i: int):
+    """Head ``i``'s part of a rank-4 mask/bias: (B|1, h|1, L_q|1, L_k|1) -> (B|1, L_q|1, L_k|1)."""
+    if m is None:
+        return None
+    return m[:, i] if m.shape[1] > 1 else m[:, 0]
