@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _features
+from . import _features, algorithms
 
 
 class Grads(NamedTuple):
@@ -45,9 +45,9 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
     masks = backend._feature_masks(q, masks, feats, plan, len_q, feats.len_past + len_k)
     k_all, v_all = k, v
     if feats.cached:
-        cache = backend._cache(feats, plan, q)
-        k_all = backend._present(cache.past_key, k, cache.index)
-        v_all = backend._present(cache.past_value, v, cache.index)
+        index = None if plan.index is None else backend._constant(plan.index, q)
+        k_all = algorithms.present(backend, feats.past_key, k, index)
+        v_all = algorithms.present(backend, feats.past_value, v, index)
     grads = dense_vjp(q, k_all, v_all, d_output, d_lse, masks.mask,
                       backend._additive_terms(masks), masks.scale, masks.softcap, feats.sinks,
                       per_head=per_head, scores=bias_grad)
