@@ -140,9 +140,21 @@ def clause_lines(clause_ids) -> str:
 
 
 def _crash(report: pytest.TestReport) -> str:
-    """The exception a failed test raised, as ``Type: message`` (AssertionError's type left out)."""
+    """The exception a failed test raised, as ``Type: message`` (AssertionError's type left out);
+    for several distinct failures (Hypothesis's exception group: the covering rows are explicit
+    examples, and each failing one is reported) each of them, in the order raised, so the message
+    names the clause as a single failure's does."""
     crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") or ""
+    if crash.startswith(("ExceptionGroup", "BaseExceptionGroup")):
+        leaves = GROUPED_FAILURE.findall(report.longreprtext)
+        if leaves:
+            crash = f"{len(leaves)} distinct failures: " + "; ".join(
+                f"{kind}: {text}".removeprefix("AssertionError: ") for kind, text in leaves)
     return crash.removeprefix("AssertionError: ")
+
+
+#: one failure inside an exception group's traceback (``  | ValueError: ...``)
+GROUPED_FAILURE = re.compile(r"^\s*\| ([A-Za-z_][\w.]*(?:Error|Exception|Timeout)): (.+)$", re.M)
 
 
 #: Hypothesis's note naming the failing example (the wording changed across versions)
