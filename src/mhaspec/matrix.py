@@ -32,7 +32,7 @@ from collections import defaultdict
 import numpy as np
 
 from mhaspec import conventions, generated, runner, usage
-from mhaspec.backends import loadable
+from mhaspec.backends import loadable, registered_backends
 from mhaspec.conformance import harness, verdicts
 from mhaspec.conformance.strategies import CaseSpec, build_case
 from mhaspec.spec import load as load_spec
