@@ -267,6 +267,14 @@ def _attend_rows(q_blk, k_t, v1, allowed, additive, alibi, softcap, heads: tuple
                    where=total[..., 0] != 0)
 
 
+def block_allowed(ops, q, k, masks: MaskArgs):
+    """The allowed keys of a call as a :class:`BlockMask` (or None: every key): ``masks.mask``
+    where a spec 1.2 call's masks were folded into one, else the 1.1 masking arguments combined."""
+    if isinstance(masks.mask, BlockMask):
+        return masks.mask
+    return ops._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
+
+
 class Chunked(Batched):
     """The batched algorithm (MHA-2) with attention by blocks (:func:`blockwise_attention`)."""
 
@@ -274,8 +282,7 @@ class Chunked(Batched):
         """q (B, h, L_q, d_k), k (B, g, L_K, d_k), v (B, g, L_K, d_v) -> (out, None, lse or
         None); ``masks.mask`` a :class:`BlockMask` (spec 1.2 calls) or the 1.1 masking
         arguments; ``sinks`` (h,) or None (SINK-1, spec 1.3)."""
-        allowed = masks.mask if isinstance(masks.mask, BlockMask) else \
-            ops._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
+        allowed = block_allowed(ops, q, k, masks)
         out, row_lse = blockwise_attention(
             q, k, v, scale=masks.scale, allowed=allowed,
             additive=ops._additive(masks.bias, masks.legacy_mask), alibi=masks.alibi,

@@ -34,10 +34,8 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats) -> dict:
     out (CACHE-1), the forward pass for O and lse, then :func:`blockwise_vjp`."""
     len_q, len_k = q.shape[2], k.shape[2]
     masks, index = backend._fold(q, masks, feats, len_q, len_k)
-    if not isinstance(masks.mask, np_chunked.BlockMask):  # a call without 1.2 features
-        masks = masks._replace(mask=backend._allowed(q, k, masks.mask, masks.key_padding_mask,
-                                                     masks.causal), key_padding_mask=None,
-                               causal=None)
+    masks = masks._replace(mask=np_chunked.block_allowed(backend, q, k, masks),
+                           key_padding_mask=None, causal=None)
     k_all, v_all = k, v
     if feats.cached:
         k_all = algorithms.present(backend, feats.past_key, k, index)
