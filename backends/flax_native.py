@@ -29,8 +29,10 @@ overwritten with the spec's:
 
 Observed with flax 0.12.8 on jax 0.10.2 (CPU): masked logits are set to ``finfo(dtype).min``, so a
 fully masked row attends to every key uniformly: output the mean of V and weights ``1/L_k``
-(declared against MASK-9, and GRAD is not claimed). A NaN key behind the mask is replaced and does
-not leak (MASK-13 holds).
+(declared against MASK-9). A NaN key behind the mask is replaced and does not leak (MASK-13
+holds). GRAD: ``jax.vjp`` through the module (the parameters written into it are the primals);
+a fully masked row depends on every key and value, so those rows' gradients are not 0 (declared
+against GRAD-2).
 """
 
 from __future__ import annotations
@@ -61,10 +63,13 @@ class FlaxMHA(JaxAdapter):
 
     framework = "flax"
     native_op = "flax.nnx.MultiHeadAttention"
-    capabilities = frozenset({"mha", "weights", "masks", "causal", "errors", "gqa"})
+    capabilities = frozenset({"mha", "weights", "masks", "causal", "errors", "gqa", "grad"})
     deviations = {
         "MASK-9": "fully masked row -> output the mean of V, weights 1/L_k (masked logits are "
                   "set to finfo(dtype).min, so the row's softmax is uniform)",
+        "GRAD-2": "key and value rows that no query may attend get non-zero gradients: a fully "
+                  "masked row attends to every key uniformly (MASK-9: mean of V), so it depends "
+                  "on them",
     }
     conventions = {"causal-alignment": (
         "MASK-7", "is_causal=True is top-left (tril of ones); bottom-right with L_q != L_k goes "

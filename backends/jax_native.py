@@ -68,7 +68,7 @@ class JaxDPA(JaxAdapter):
     framework = "jax"
     native_op = "jax.nn.dot_product_attention"
     capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad", "gqa",
-                              "window", "segments"})
+                              "window", "segments", "attention_vjp"})
     deviations = _DEVIATIONS
     conventions = {
         "causal-alignment": ("MASK-7", "is_causal=True is top-left; bottom-right with L_q != L_k "

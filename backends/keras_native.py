@@ -64,7 +64,7 @@ class KerasMHA(TensorFlowAdapter):
 
     framework = "keras"
     native_op = "keras.layers.MultiHeadAttention"
-    capabilities = frozenset({"mha", "weights", "masks", "causal", "cross", "errors"})
+    capabilities = frozenset({"mha", "weights", "masks", "causal", "cross", "errors", "grad"})
     deviations = {
         "NUM-1": "float64 is not supported: the scale 1/sqrt(d_k) is rounded to float32 (ops.cast "
                  "of a Python float goes through a float32 tensor), ~3e-8 relative logit error, "
@@ -107,6 +107,38 @@ class KerasMHA(TensorFlowAdapter):
         return layer
 
     def mha(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
+        out, weights, _ = self._call(query, key, value, p, num_heads, m)
+        return out, weights
+
+    def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
+                mask=None, bias=None, legacy_mask=None, key_padding_mask=None, causal=None,
+                scale=None, num_kv_heads=None) -> dict:
+        """GRAD: the layer's own tape gradients with respect to fresh copies of the inputs and its
+        kernels and biases (the variables holding the spec's parameters), mapped back to the
+        spec's layout (:func:`.layouts.from_einsum`: kernels and biases reshaped)."""
+        tf = tf_module()
+        call = self._mha_call(query, key, value, params, num_heads, mask, bias, legacy_mask,
+                              key_padding_mask, causal, scale, num_kv_heads)
+        x = {n: tf.identity(t) for n, t in (("query", query), ("key", key), ("value", value))}
+        with tf.GradientTape() as tape:
+            tape.watch(list(x.values()))
+            out, _, layer = self._call(x["query"], x["key"], x["value"], call.params,
+                                       call.num_heads, call.masks)
+        use_bias = layouts.has_bias(call.params)
+        dense = [(d.kernel, d.bias if use_bias else None) for d in
+                 (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)]
+        sources = [*x.values(), *(v for pair in dense for v in pair if v is not None)]
+        grads = iter(tape.gradient(out, sources, output_gradients=cotangent,
+                                   unconnected_gradients=tf.UnconnectedGradients.ZERO))
+        result = {n: next(grads) for n in x}
+        spec = layouts.from_einsum([tuple(None if v is None else next(grads) for v in pair)
+                                    for pair in dense])._asdict()
+        result.update((n, g) for n, g in spec.items()
+                      if n.startswith("w_") or getattr(call.params, n) is not None)
+        return result
+
+    def _call(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
+        """The layer call of :meth:`mha`: (output, weights, layer)."""
         tf = tf_module()
         if m.bias is not None:
             self.unsupported("an additive 'bias' (the layer has no additive logit term)")
@@ -134,7 +166,7 @@ class KerasMHA(TensorFlowAdapter):
             out, weights = layer(query, second, third, attention_mask=attention_mask,
                                  use_causal_mask=use_causal, return_attention_scores=True,
                                  training=False)
-        return out, weights
+        return out, weights, layer
 
 
 MHA = KerasMHA("keras-mha")

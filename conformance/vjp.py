@@ -26,12 +26,29 @@ NAMES = {"dq": "q", "dk": "k", "dv": "v", "d_sinks": "sinks", "d_bias": "bias",
          "d_past_key": "past_key", "d_past_value": "past_value"}
 
 
-def cotangents(case, d_lse: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """d_output (B, h, L_q, d_v) and d_lse (B, h, L_q) or None: standard normal from the seed."""
+def cotangents(case, d_lse: bool = False,
+               left_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """d_output (B, h, L_q, d_v) and d_lse (B, h, L_q) or None: standard normal from the seed,
+    0 on the query rows ``left_out`` (B, h, L_q) (:func:`rows_left_to_mask9`; None: none)."""
     rng = np.random.default_rng([case.spec.seed, 13])
     b, h, len_q, _ = case.q.shape
     d_out = rng.standard_normal((b, h, len_q, case.v.shape[3]))
-    return d_out, (rng.standard_normal((b, h, len_q)) if d_lse else None)
+    dl = rng.standard_normal((b, h, len_q)) if d_lse else None
+    if left_out is not None:
+        d_out[left_out] = 0.0
+        if dl is not None:
+            dl[left_out] = 0.0
+    return d_out, dl
+
+
+def rows_left_to_mask9(impl, case) -> np.ndarray | None:
+    """The query rows without an allowed key (B, h, L_q) that the cell leaves to MASK-9's verdict
+    (:func:`harness.rows_left_to_mask9`: it declares a deviation there), else None. Their
+    cotangents are 0: what the op computes on them (the mean of V, say) is the declared
+    deviation, and the other rows' gradients are judged without their contribution; a NaN
+    there still reaches every gradient through the shared keys."""
+    allowed = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case)).allowed
+    return harness.rows_left_to_mask9(impl, "sdpa", harness.Result(None, allowed.astype(float)))
 
 
 def sinks_of(case, scale: float) -> np.ndarray:
@@ -50,11 +67,12 @@ def kwargs_of(case) -> dict:
 
 
 def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
-        sinks: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The backend's ``attention_vjp`` on ``case`` with its cotangents, as NumPy (the case is
-    noted on the running test as :func:`harness.run` notes it: what ran, per clause)."""
+        sinks: np.ndarray | None = None, left_out=None) -> dict[str, np.ndarray]:
+    """The backend's ``attention_vjp`` on ``case`` with its cotangents (0 on ``left_out``), as
+    NumPy (the case is noted on the running test as :func:`harness.run` notes it: what ran, per
+    clause)."""
     harness.note("sdpa", case.spec)
-    d_out, dl = cotangents(case, d_lse)
+    d_out, dl = cotangents(case, d_lse, left_out)
     kw = {n: impl.arr(x) if isinstance(x, np.ndarray) else x for n, x in kwargs_of(case).items()}
     if sinks is not None:
         kw["sinks"] = impl.arr(sinks)
@@ -66,9 +84,9 @@ def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
 
 
 def oracle_grads(case, precision: str, *, d_lse: bool = False, bias_grad: bool = False,
-                 sinks=None) -> dict[str, np.ndarray]:
+                 sinks=None, left_out=None) -> dict[str, np.ndarray]:
     """The oracle's gradients (those the call has) by the backend's key names."""
-    d_out, dl = cotangents(case, d_lse)
+    d_out, dl = cotangents(case, d_lse, left_out)
     res = oracle_vjp.attention_vjp(case.q, case.k, case.v, d_out, d_lse=dl, sinks=sinks,
                                    bias_grad=bias_grad, precision=precision, **kwargs_of(case))
     return {NAMES[f]: g for f, g in res._asdict().items() if g is not None}
@@ -110,9 +128,11 @@ def judge_gradients(impl, clause: str, got: Mapping[str, np.ndarray],
 def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad: bool = False,
                      sinks=None) -> dict[str, np.ndarray]:
     """Run ``attention_vjp`` on ``case`` and judge every gradient against the oracle (GRAD-1's
-    rule); returns the backend's gradients."""
-    got = run(impl, case, d_lse=d_lse, bias_grad=bias_grad, sinks=sinks)
-    opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks)
+    rule), the rows :func:`rows_left_to_mask9` gives without a cotangent; returns the backend's
+    gradients."""
+    opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks,
+                left_out=rows_left_to_mask9(impl, case))
+    got = run(impl, case, **opts)
     want = oracle_grads(case, "float64", **opts)
     naive = oracle_grads(case, "float32", **opts)
     largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())

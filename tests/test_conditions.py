@@ -65,6 +65,18 @@ def test_impossible_rows_are_not_required():
     assert (("bias", "finite"), ("empty_by", "mask")) in required
 
 
+def test_free_sizes_draw_the_case_of_a_row():
+    """Off the ci menu (the dev and certify profiles) a row's sizes come from the length menu."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=5, derandomize=True, database=None)
+    @given(spec=conditions.specs("GRAD-7"))
+    def draw(spec):
+        assert spec.len_q in conditions.SIZES and spec.len_k in conditions.SIZES
+
+    draw()
+
+
 REFS = {"numpy-batched": "numpy-batched", "oracle-reference": "oracle_backend:ORACLE_REFERENCE"}
 #: clauses this run cannot hold: no NumPy autodiff (GRAD), float16 only (ERR-9)
 NOT_IN_THIS_RUN = {"GRAD-1", "GRAD-2", "ERR-9"}
