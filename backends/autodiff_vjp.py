@@ -5,7 +5,9 @@ keys, d_v value width.
 
 The loss ``sum(output * d_output) + sum(lse * d_lse)`` is one vector-Jacobian product of the
 forward pass's output and log-sum-exp laid side by side, (B, h, L_q, d_v + 1), against the
-cotangent ``[d_output | d_lse]`` (zeros for a missing ``d_lse``). The primals are q, k, v and, where
+cotangent ``[d_output | d_lse]``; without a ``d_lse`` the forward pass asks for no lse (a backend
+that cannot give one, such as torch's SDPA, has no lse cotangent to take) and the product is that
+of the output alone. The primals are q, k, v and, where
 the call has them, the past cache, the sinks and (``bias_grad``) the bias; everything else (masks,
 positions, ALiBi, the scale and the cap) is a constant of the forward function. The forward pass is
 the backend's own :meth:`ArrayBackend._sdpa` (one hook per operation), so the gradient is that of what it computes.
@@ -25,14 +27,17 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
     if bias_grad:
         primals["bias"] = masks.bias
     b, h, len_q, _ = backend._shape(d_output)
+    with_lse = d_lse is not None
 
     def forward(x):
-        f = feats._replace(lse=True, past_key=x.get("past_key"), past_value=x.get("past_value"),
-                           sinks=x.get("sinks"))
+        f = feats._replace(lse=with_lse, past_key=x.get("past_key"),
+                           past_value=x.get("past_value"), sinks=x.get("sinks"))
         res = backend._sdpa(x["q"], x["k"], x["v"], masks._replace(bias=x.get("bias", masks.bias)),
                             f)
+        if not with_lse:
+            return res.output
         return backend._concat([res.output, backend._reshape(res.lse, (b, h, len_q, 1))], axis=-1)
 
-    lse_cotangent = (backend._full((b, h, len_q, 1), 0.0, d_output) if d_lse is None
-                     else backend._reshape(d_lse, (b, h, len_q, 1)))
-    return dict(backend._vjp(forward, primals, backend._concat([d_output, lse_cotangent], axis=-1)))
+    cotangent = d_output if not with_lse else backend._concat(
+        [d_output, backend._reshape(d_lse, (b, h, len_q, 1))], axis=-1)
+    return dict(backend._vjp(forward, primals, cotangent))

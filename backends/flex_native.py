@@ -64,10 +64,9 @@ class FlexAttention(TorchAdapter):
         out, _ = self._flex(q, k, v, masks, lse=False)
         return out, None
 
-    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
-        """Any call, its features folded into ``masks`` (structural mask, ALiBi, soft-cap):
-        (output, weights None, lse (B, h, L_q) or None)."""
-        out, row_lse = self._flex(q, k, v, masks, lse=lse)
+    def attention_with_lse(self, q, k, v, masks: MaskArgs):
+        """The op's own lse (``return_aux=AuxRequest(lse=True)``): (output, None, lse (B, h, L_q))."""
+        out, row_lse = self._flex(q, k, v, masks, lse=True)
         return out, None, row_lse
 
     def _flex(self, q, k, v, masks: MaskArgs, *, lse: bool):

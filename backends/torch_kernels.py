@@ -93,7 +93,7 @@ def _no_float64(kernel: str, dtypes: tuple[str, ...]) -> dict[str, str]:
                      f"are not claimed"}
 
 
-_CUDA_NO_MASK = frozenset({"sdpa", "errors", "grad"})
+_CUDA_NO_MASK = frozenset({"sdpa", "errors", "grad", "attention_vjp"})
 
 MATH = TorchSDPAKernel("torch-sdpa-math", kernel="MATH", device=None, same_widths=False,
                        deviations={"MASK-13": _MASK_13})
