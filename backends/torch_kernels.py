@@ -24,6 +24,15 @@ dtypes are the kernels' documented input types, and float64 is declared against 
 * both CPU kernels give 0 for a fully masked row (MASK-9 holds);
 * both leak a NaN or inf key behind a boolean mask into the rows that exclude it (MASK-13);
 * a query row whose logits are NaN: the math kernel gives NaN (NUM-6 holds), the flash kernel 0.
+
+Spec 1.3 (capability "attention_vjp"): the backward pass is torch's autograd through the kernel's
+own backward (the flash kernel records ``_scaled_dot_product_flash_attention_for_cpu`` and runs its
+``..._backward``; the math kernel is differentiated op by op), GQA through ``enable_gqa``. Observed
+with torch 2.13 on CPU: both kernels conform to GRAD-3, GRAD-4 and GRAD-7 (exact zeros for fully
+masked rows and unattended keys, no NaN). Only the math kernel differentiates a float
+``attn_mask``: with a bias that requires grad the flash kernel raises "No available kernel", so
+only ``torch-sdpa-math`` claims "bias" and "bias_grad" (GRAD-9). The CUDA adapters claim
+"attention_vjp" as well, unrun here.
 """
 
 from __future__ import annotations
@@ -95,7 +104,9 @@ def _no_float64(kernel: str, dtypes: tuple[str, ...]) -> dict[str, str]:
 
 _CUDA_NO_MASK = frozenset({"sdpa", "errors", "grad", "attention_vjp"})
 
+#: the math kernel differentiates a float attn_mask (the additive bias) too: GRAD-9's bias gradient
 MATH = TorchSDPAKernel("torch-sdpa-math", kernel="MATH", device=None, same_widths=False,
+                       capabilities=TorchSDPA.capabilities | {"bias", "bias_grad"},
                        deviations={"MASK-13": _MASK_13})
 FLASH_CPU = TorchSDPAKernel(
     "torch-sdpa-flash-cpu", kernel="FLASH_ATTENTION", device="cpu", same_widths=True,
