@@ -24,7 +24,11 @@ anything reaches torch, so the ERR clauses hold; the arguments are converted wit
     * grouped key/value heads (``gqa``, GQA-1: k and v with g heads, g dividing h) use
       ``enable_gqa=True``, which maps query head i to key/value head ``i // (h / g)`` as the spec
       does.
-    Observed with torch 2.13 on CPU: a fully masked row gives 0 (safe softmax), as MASK-9 asks.
+    * spec 1.3, "attention_vjp": autograd through the call above (the kernel torch picks, and its
+      own backward; GQA's dk and dv summed by ``enable_gqa``'s backward); no "lse", so no lse
+      cotangent, and no sinks.
+    Observed with torch 2.13 on CPU: a fully masked row gives 0 (safe softmax), as MASK-9 asks, and
+    zero gradients (GRAD-7).
 
 ``torch-mha`` (:data:`MHA`), ``torch.nn.MultiheadAttention`` (``batch_first=True``, dropout 0, eval,
 ``need_weights=True``, ``average_attn_weights=False`` so weights are per head, SHAPE-2):
