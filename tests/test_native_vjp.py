@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import broken_native_vjp
-from suite_runner import run_suite
 from mhaspec.spec import oracle_vjp
+from suite_runner import run_suite
 
 torch = pytest.importorskip("torch")
 
-from mhaspec.backends import torch_kernels  # noqa: E402 (needs torch)
+import broken_native_vjp  # noqa: E402 (torch adapters)
+from mhaspec.backends import torch_kernels  # noqa: E402
 
 #: adapter -> the aten ops its attention_vjp must run: the kernel and its backward
 KERNEL_OPS = {
