@@ -5,12 +5,12 @@ keys, d_v value width.
 
 The loss ``sum(output * d_output) + sum(lse * d_lse)`` is one vector-Jacobian product of the
 forward pass's output and log-sum-exp laid side by side, (B, h, L_q, d_v + 1), against the
-cotangent ``[d_output | d_lse]``; without a ``d_lse`` the forward pass asks for no lse (a backend
-that cannot give one, such as torch's SDPA, has no lse cotangent to take) and the product is that
-of the output alone. The primals are q, k, v and, where
-the call has them, the past cache, the sinks and (``bias_grad``) the bias; everything else (masks,
-positions, ALiBi, the scale and the cap) is a constant of the forward function. The forward pass is
-the backend's own :meth:`ArrayBackend._sdpa` (one hook per operation), so the gradient is that of what it computes.
+cotangent ``[d_output | d_lse]``; without ``d_lse`` the forward pass returns the output alone (the
+lse is not asked for, so an op without one, a native adapter's, is differentiated too). The
+primals are q, k, v and, where the call has them, the past cache, the sinks and (``bias_grad``)
+the bias; everything else (masks, positions, ALiBi, the scale and the cap) is a constant of the
+forward function. The forward pass is the backend's own :meth:`ArrayBackend._sdpa` (one hook per
+operation; a native adapter's op), so the gradient is that of what it computes.
 """
 
 from __future__ import annotations
@@ -38,6 +38,6 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
             return res.output
         return backend._concat([res.output, backend._reshape(res.lse, (b, h, len_q, 1))], axis=-1)
 
-    cotangent = d_output if not with_lse else backend._concat(
-        [d_output, backend._reshape(d_lse, (b, h, len_q, 1))], axis=-1)
+    cotangent = (backend._concat([d_output, backend._reshape(d_lse, (b, h, len_q, 1))], axis=-1)
+                 if with_lse else d_output)
     return dict(backend._vjp(forward, primals, cotangent))

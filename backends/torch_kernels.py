@@ -31,8 +31,8 @@ own backward (the flash kernel records ``_scaled_dot_product_flash_attention_for
 with torch 2.13 on CPU: both kernels conform to GRAD-3, GRAD-4 and GRAD-7 (exact zeros for fully
 masked rows and unattended keys, no NaN). Only the math kernel differentiates a float
 ``attn_mask``: with a bias that requires grad the flash kernel raises "No available kernel", so
-only ``torch-sdpa-math`` claims "bias" and "bias_grad" (GRAD-9). The CUDA adapters claim
-"attention_vjp" as well, unrun here.
+of the kernels only ``torch-sdpa-math`` claims "bias" and "bias_grad" (GRAD-9), as ``torch-sdpa``
+does. The CUDA adapters claim "attention_vjp" as well, unrun here.
 """
 
 from __future__ import annotations
@@ -104,12 +104,15 @@ def _no_float64(kernel: str, dtypes: tuple[str, ...]) -> dict[str, str]:
 
 _CUDA_NO_MASK = frozenset({"sdpa", "errors", "grad", "attention_vjp"})
 
-#: the math kernel differentiates a float attn_mask (the additive bias) too: GRAD-9's bias gradient
+#: what torch-sdpa claims but a float bias: only the math kernel differentiates one on CPU (the
+#: flash kernel raises "No available kernel"); the efficient CUDA kernel is unrun here
+_NO_BIAS = TorchSDPA.capabilities - {"bias", "bias_grad"}
+
 MATH = TorchSDPAKernel("torch-sdpa-math", kernel="MATH", device=None, same_widths=False,
-                       capabilities=TorchSDPA.capabilities | {"bias", "bias_grad"},
                        deviations={"MASK-13": _MASK_13})
 FLASH_CPU = TorchSDPAKernel(
     "torch-sdpa-flash-cpu", kernel="FLASH_ATTENTION", device="cpu", same_widths=True,
+    capabilities=_NO_BIAS,
     deviations={"MASK-13": _MASK_13,
                 "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN "
                          "(the fused CPU kernel treats it like a fully masked row)"})
@@ -119,7 +122,7 @@ FLASH_CUDA = TorchSDPAKernel(
     deviations=_no_float64("FLASH_ATTENTION", ("float16", "bfloat16")))
 EFFICIENT_CUDA = TorchSDPAKernel(
     "torch-sdpa-efficient-cuda", kernel="EFFICIENT_ATTENTION", device="cuda", same_widths=False,
-    dtypes=("float32", "float16", "bfloat16"),
+    dtypes=("float32", "float16", "bfloat16"), capabilities=_NO_BIAS,
     deviations={"MASK-13": _MASK_13, "NUM-6": TorchSDPA.deviations["NUM-6"],
                 **_no_float64("EFFICIENT_ATTENTION", ("float32", "float16", "bfloat16"))})
 CUDNN_CUDA = TorchSDPAKernel(

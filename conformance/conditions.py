@@ -66,7 +66,7 @@ from mhaspec.spec import oracle
 from . import extremes, features
 from .item_state import shape_menu
 from .strategies import CI_SHAPES, CaseSpec, Shapes, build_case
-from .strategies import LENGTHS as FREE_LENGTHS  # LENGTHS here names the dimensions below
+from .strategies import LENGTHS as SIZES  # the length menu; LENGTHS below is a space's dimensions
 
 #: L_q vs L_k: decoding (L_q = 1 < L_k), L_q < L_k (L_q > 1), prefill (L_q = L_k), L_q > L_k
 LENGTH_ORDERS = ("decode", "L_q<L_k", "L_q=L_k", "L_q>L_k")
@@ -385,7 +385,7 @@ def _shape_for(order: str, draw=None, past: int = 0):
         return menu[0]
     if shape_menu() is not None:
         return draw(st.sampled_from(menu))
-    lq, lk = draw(st.sampled_from([(a, b) for a in FREE_LENGTHS for b in FREE_LENGTHS
+    lq, lk = draw(st.sampled_from([(a, b) for a in SIZES for b in SIZES
                                    if b + past > 1 and order_of(a, b + past) == order]))
     return draw(st.sampled_from(menu))._replace(len_q=lq, len_k=lk)
 
