@@ -41,8 +41,11 @@ structural mask of segments, lengths and windows ANDed into ``masks.mask``, ``ca
 ``key_padding_mask`` folded in too, ``masks.softcap`` and the ``masks.alibi`` bias set), so an op
 with a boolean mask serves them exactly. To use the op's own arguments where they are exact
 instead (a length or window argument), override :meth:`NativeAdapter.attention_features`. With
-"gqa", ``k`` and ``v`` of ``attention`` may have g heads. "lse" and "kv_cache" need their own
-mapping (override ``attention_features``). The soft-cap is ``masks.softcap`` in every method
+"gqa", ``k`` and ``v`` of ``attention`` may have g heads. "lse" needs the op's own
+log-sum-exp (override :meth:`NativeAdapter.attention_with_lse`, or ``attention_features``) and
+"kv_cache" its own mapping (override ``attention_features``). With "attention_vjp" the backward
+pass is autograd (``jax.vjp``, ``GradientTape``) through ``attention`` or ``attention_with_lse``:
+the op's own backward; the inputs then require grad, so the op must not detach them. The soft-cap is ``masks.softcap`` in every method
 (``attention_features``' ``features.softcap`` holds the same value); ALiBi is ``masks.alibi`` (the
 bias) in ``attention`` and ``mha``, and ``features.slopes`` in ``attention_features``.
 """
@@ -119,6 +122,13 @@ class NativeAdapter:
         """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> (output (B, h, L_q, d_v),
         weights (B, h, L_q, L_k) or None), input validated (g = h unless "gqa" is claimed)."""
         self.unsupported("scaled dot-product attention on its own")
+
+    def attention_with_lse(self, q, k, v, masks: MaskArgs):
+        """:meth:`attention` with the op's own log-sum-exp (capability "lse", LSE-1): (output
+        (B, h, L_q, d_v), weights or None, lse (B, h, L_q)). The generic feature path calls it for
+        ``lse=True`` (and the autodiff backward for a ``d_lse``), ``masks`` folded as for
+        :meth:`attention`."""
+        self.unsupported("the log-sum-exp (lse) without its own mapping")
 
     def mha(self, query, key, value, params: MHAParams, num_heads: int, masks: MaskArgs,
             **grouping):
@@ -229,7 +239,7 @@ class NativeAdapter:
 
     def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
         if lse:
-            self.unsupported("the log-sum-exp (lse) without its own mapping")
+            return tuple(self.attention_with_lse(q, k, v, masks))
         return (*self.attention(q, k, v, masks), None)
 
     def _multi_head(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,

@@ -17,7 +17,8 @@ points) before anything reaches torch. FlexAttention takes the spec's layout ``(
   ``c * tanh(score / c)`` in ``score_mod`` before the additive terms (SOFTCAP-1); windows, segments
   and sequence lengths (a structural mask from :mod:`.positions`) join the ``mask_mod`` table and
   the ALiBi bias (also from :mod:`.positions`) the ``score_mod`` table; the log-sum-exp (LSE-1) is
-  the op's own, ``return_aux=AuxRequest(lse=True)``. No KV cache (not claimed);
+  the op's own, ``return_aux=AuxRequest(lse=True)`` (:meth:`FlexAttention.attention_with_lse`).
+  No KV cache (not claimed);
 * the op returns no attention weights: ``None``, and "weights" is not claimed.
 
 It is called without ``torch.compile`` (the unfused path that materialises the scores: the one that
@@ -28,8 +29,9 @@ with ``-inf`` from ``score_mod``); a NaN key behind the block mask does not leak
 NaN query row gives NaN (NUM-6 holds); ``L_k = 0`` raises ``IndexError`` ("max(): Expected
 reduction dim 3 to have non-zero size"), with or without a block mask (declared against SHAPE-4;
 ``B = 0`` and ``L_q = 0`` give empty results). Its backward raises
-``NotImplementedError("FlexAttention does not support backward on CPU. ...")``, so "grad" is not
-claimed.
+``NotImplementedError("FlexAttention does not support backward on CPU. ...")`` (under
+``torch.compile`` too), so neither "grad" nor spec 1.3's "attention_vjp" is claimed: capabilities
+are per backend, and its CUDA backward is unrun here.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class FlexAttention(TorchAdapter):
 
     framework = "torch"
     native_op = "torch.nn.attention.flex_attention.flex_attention (eager)"
-    # no "grad": "FlexAttention does not support backward on CPU" (NotImplementedError, torch 2.13)
+    # no "grad", no "attention_vjp": "FlexAttention does not support backward on CPU"
+    # (NotImplementedError, torch 2.13)
     capabilities = frozenset({"sdpa", "masks", "bias", "scale", "causal", "legacy_mask", "errors",
                               "gqa", "softcap", "window", "alibi", "segments", "lse"})
     deviations = {
@@ -64,10 +67,9 @@ class FlexAttention(TorchAdapter):
         out, _ = self._flex(q, k, v, masks, lse=False)
         return out, None
 
-    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
-        """Any call, its features folded into ``masks`` (structural mask, ALiBi, soft-cap):
-        (output, weights None, lse (B, h, L_q) or None)."""
-        out, row_lse = self._flex(q, k, v, masks, lse=lse)
+    def attention_with_lse(self, q, k, v, masks: MaskArgs):
+        """The op's own lse (``return_aux=AuxRequest(lse=True)``): (output, None, lse (B, h, L_q))."""
+        out, row_lse = self._flex(q, k, v, masks, lse=True)
         return out, None, row_lse
 
     def _flex(self, q, k, v, masks: MaskArgs, *, lse: bool):

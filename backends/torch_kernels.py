@@ -24,6 +24,15 @@ dtypes are the kernels' documented input types, and float64 is declared against 
 * both CPU kernels give 0 for a fully masked row (MASK-9 holds);
 * both leak a NaN or inf key behind a boolean mask into the rows that exclude it (MASK-13);
 * a query row whose logits are NaN: the math kernel gives NaN (NUM-6 holds), the flash kernel 0.
+
+Spec 1.3 (capability "attention_vjp"): the backward pass is torch's autograd through the kernel's
+own backward (the flash kernel records ``_scaled_dot_product_flash_attention_for_cpu`` and runs its
+``..._backward``; the math kernel is differentiated op by op), GQA through ``enable_gqa``. Observed
+with torch 2.13 on CPU: both kernels conform to GRAD-3, GRAD-4 and GRAD-7 (exact zeros for fully
+masked rows and unattended keys, no NaN). Only the math kernel differentiates a float
+``attn_mask``: with a bias that requires grad the flash kernel raises "No available kernel", so
+of the kernels only ``torch-sdpa-math`` claims "bias" and "bias_grad" (GRAD-9), as ``torch-sdpa``
+does. The CUDA adapters claim "attention_vjp" as well, unrun here.
 """
 
 from __future__ import annotations
@@ -93,12 +102,17 @@ def _no_float64(kernel: str, dtypes: tuple[str, ...]) -> dict[str, str]:
                      f"are not claimed"}
 
 
-_CUDA_NO_MASK = frozenset({"sdpa", "errors", "grad"})
+_CUDA_NO_MASK = frozenset({"sdpa", "errors", "grad", "attention_vjp"})
+
+#: what torch-sdpa claims but a float bias: only the math kernel differentiates one on CPU (the
+#: flash kernel raises "No available kernel"); the efficient CUDA kernel is unrun here
+_NO_BIAS = TorchSDPA.capabilities - {"bias", "bias_grad"}
 
 MATH = TorchSDPAKernel("torch-sdpa-math", kernel="MATH", device=None, same_widths=False,
                        deviations={"MASK-13": _MASK_13})
 FLASH_CPU = TorchSDPAKernel(
     "torch-sdpa-flash-cpu", kernel="FLASH_ATTENTION", device="cpu", same_widths=True,
+    capabilities=_NO_BIAS,
     deviations={"MASK-13": _MASK_13,
                 "NUM-6": "a query row whose logits are NaN gives an output row of 0, not NaN "
                          "(the fused CPU kernel treats it like a fully masked row)"})
@@ -108,7 +122,7 @@ FLASH_CUDA = TorchSDPAKernel(
     deviations=_no_float64("FLASH_ATTENTION", ("float16", "bfloat16")))
 EFFICIENT_CUDA = TorchSDPAKernel(
     "torch-sdpa-efficient-cuda", kernel="EFFICIENT_ATTENTION", device="cuda", same_widths=False,
-    dtypes=("float32", "float16", "bfloat16"),
+    dtypes=("float32", "float16", "bfloat16"), capabilities=_NO_BIAS,
     deviations={"MASK-13": _MASK_13, "NUM-6": TorchSDPA.deviations["NUM-6"],
                 **_no_float64("EFFICIENT_ATTENTION", ("float32", "float16", "bfloat16"))})
 CUDNN_CUDA = TorchSDPAKernel(

@@ -24,7 +24,12 @@ anything reaches torch, so the ERR clauses hold; the arguments are converted wit
     * grouped key/value heads (``gqa``, GQA-1: k and v with g heads, g dividing h) use
       ``enable_gqa=True``, which maps query head i to key/value head ``i // (h / g)`` as the spec
       does.
-    Observed with torch 2.13 on CPU: a fully masked row gives 0 (safe softmax), as MASK-9 asks.
+    * spec 1.3, "attention_vjp": autograd through the call above (the kernel torch picks, and its
+      own backward; GQA's dk and dv summed by ``enable_gqa``'s backward); "bias_grad": the float
+      ``attn_mask``'s own gradient (on CPU torch picks the math kernel for a mask that requires
+      grad); no "lse", so no lse cotangent, and no sinks.
+    Observed with torch 2.13 on CPU: a fully masked row gives 0 (safe softmax), as MASK-9 asks, and
+    zero gradients (GRAD-7).
 
 ``torch-mha`` (:data:`MHA`), ``torch.nn.MultiheadAttention`` (``batch_first=True``, dropout 0, eval,
 ``need_weights=True``, ``average_attn_weights=False`` so weights are per head, SHAPE-2):
@@ -66,7 +71,8 @@ class TorchSDPA(TorchAdapter):
     conventions = {"causal-alignment": (
         "MASK-7", "is_causal=True is top-left; bottom-right with L_q < L_k goes through "
                   "causal_lower_right, otherwise an explicit mask")}
-    capabilities = frozenset({"sdpa", "masks", "causal", "legacy_mask", "errors", "grad", "gqa"})
+    capabilities = frozenset({"sdpa", "masks", "bias", "causal", "legacy_mask", "errors", "grad",
+                              "gqa", "attention_vjp", "bias_grad"})
     deviations = {
         "MASK-13": "a NaN or inf key behind a boolean mask or key_padding_mask leaks into the rows "
                    "that exclude it (PyTorch issue 101967: the mask is added as -inf, and "
