@@ -72,7 +72,7 @@ class TorchSDPA(TorchAdapter):
         "MASK-7", "is_causal=True is top-left; bottom-right with L_q < L_k goes through "
                   "causal_lower_right, otherwise an explicit mask")}
     capabilities = frozenset({"sdpa", "masks", "bias", "causal", "legacy_mask", "errors", "grad",
-                              "gqa", "attention_vjp", "bias_grad"})
+                              "gqa", "scale", "attention_vjp", "bias_grad"})
     deviations = {
         "MASK-13": "a NaN or inf key behind a boolean mask or key_padding_mask leaks into the rows "
                    "that exclude it (PyTorch issue 101967: the mask is added as -inf, and "
