@@ -138,6 +138,10 @@ def allowed_mask(b: int, h: int, l_q: int, l_k: int, *, mask=None, key_padding_m
 def _softmax_rows(logits: np.ndarray, allowed: np.ndarray, ar: _Arith) -> np.ndarray:
     """Softmax over the last axis restricted to ``allowed``; an empty row gives zeros (MASK-9)."""
     allowed = allowed & (logits != -np.inf)
+    if allowed.size and allowed.all():  # every key of every row: the rows as they are
+        shifted = ar.rnd(logits - ar.rnd(np.max(logits, axis=-1, keepdims=True)))
+        e = ar.rnd(np.exp(shifted))
+        return ar.rnd(e / ar.rnd(np.sum(e, axis=-1, keepdims=True)))
     weights = np.zeros_like(logits)
     counts = np.count_nonzero(allowed, axis=-1)
     # rows with the same number n of allowed keys at once: their allowed logits, packed in key
@@ -539,11 +543,15 @@ def _row_logsumexp(logits: np.ndarray, allowed: np.ndarray, ar: _Arith) -> np.nd
     """LSE-1: log sum_j exp(S_ij) over the allowed set of each row; -inf for an empty row."""
     allowed = allowed & (logits != -np.inf)
     lse = np.full(logits.shape[0], -np.inf, dtype=ar.dtype)
-    for row in range(logits.shape[0]):
-        keep = allowed[row]
-        if keep.any():
-            m = ar.rnd(np.max(logits[row, keep]))
-            lse[row] = ar.rnd(m + ar.rnd(np.log(ar.rnd(np.sum(ar.rnd(np.exp(ar.rnd(logits[row, keep] - m))))))))
+    counts = np.count_nonzero(allowed, axis=-1)
+    # rows with the same number n of allowed keys at once, as in _softmax_rows
+    for n in np.unique(counts[counts > 0]):
+        rows = np.flatnonzero(counts == n)
+        cols = np.nonzero(allowed[rows])[1].reshape(rows.size, n)
+        kept = logits[rows[:, None], cols]
+        m = ar.rnd(np.max(kept, axis=-1, keepdims=True))
+        total = ar.rnd(np.sum(ar.rnd(np.exp(ar.rnd(kept - m))), axis=-1, keepdims=True))
+        lse[rows] = ar.rnd(m + ar.rnd(np.log(total)))[:, 0]
     return lse
 
 
