@@ -109,7 +109,7 @@ class ArrayBackend(ArrayPrimitives, Backend):
                                      key_padding_mask=None, causal=None, scale=None, **features):
         masks, feats, _ = self._sdpa_call("scaled_dot_product_attention", q, k, v, mask, bias,
                                           legacy_mask, key_padding_mask, causal, scale, features)
-        return self._outputs(feats, self._sdpa(q, k, v, masks, feats), self._shape(k)[2], q)
+        return self._outputs(feats, self._sdpa(q, k, v, masks, feats), k, q)
 
     def _sdpa_call(self, op, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale,
                    features) -> tuple[MaskArgs, Features, _validate.Dims]:
@@ -153,7 +153,7 @@ class ArrayBackend(ArrayPrimitives, Backend):
                               key_padding_mask, causal, scale, num_kv_heads, features)
         res = self._mha(query, key, value, call.params, call.num_heads, call.masks, call.features,
                         call.num_kv_heads)
-        return self._outputs(call.features, res, self._shape(key)[1], query)
+        return self._outputs(call.features, res, key, query)
 
     def mha_vjp(self, query, key, value, params: MHAParams, cotangent, *, num_heads: int,
                 mask=None, bias=None, legacy_mask=None, key_padding_mask=None, causal=None,
@@ -302,14 +302,15 @@ class ArrayBackend(ArrayPrimitives, Backend):
         return masks._replace(mask=allowed, key_padding_mask=None, causal=None,
                               softcap=feats.softcap, alibi=alibi)
 
-    def _outputs(self, feats: Features, res: AttentionOutputs, len_k: int, like):
+    def _outputs(self, feats: Features, res: AttentionOutputs, key, like):
         """What a call returns: (output, weights), or AttentionOutputs with lse or a cache
-        (present_lengths = past_lengths + L_k as the backend's int64 array)."""
+        (present_lengths = past_lengths + L_k as the backend's int64 array; ``key``: the call's
+        k (B, g, L_k, d_k) or key (B, L_k, k_dim), L_k its second-last axis)."""
         if not feats.outputs:
             return res.output, res.weights
         lengths = None
         if feats.cached:
-            lengths = self._constant(feats.past_lengths + len_k, like)
+            lengths = self._constant(feats.past_lengths + self._shape(key)[-2], like)
         return res._replace(lse=res.lse if feats.lse else None, present_lengths=lengths)
 
     def _additive(self, bias, legacy_mask):

@@ -43,17 +43,22 @@ with a boolean mask serves them exactly. To use the op's own arguments where the
 instead (a length or window argument), override :meth:`NativeAdapter.attention_features`. With
 "gqa", ``k`` and ``v`` of ``attention`` may have g heads. "lse" needs the op's own
 log-sum-exp (override :meth:`NativeAdapter.attention_with_lse`, or ``attention_features``) and
-"kv_cache" its own mapping (override ``attention_features``). With "attention_vjp" the backward
-pass is autograd (``jax.vjp``, ``GradientTape``) through ``attention`` or ``attention_with_lse``:
-the op's own backward; the inputs then require grad, so the op must not detach them. The soft-cap is ``masks.softcap`` in every method
-(``attention_features``' ``features.softcap`` holds the same value); ALiBi is ``masks.alibi`` (the
-bias) in ``attention`` and ``mha``, and ``features.slopes`` in ``attention_features``.
+"kv_cache" its own mapping (override ``attention_features``, and ``mha_features`` for multi-head
+calls; :meth:`NativeAdapter.fold_features` folds a call's features as the generic path does, and
+:class:`.cache_layout.LibraryCache` maps a library cache that keeps every past entry). With
+"attention_vjp" the backward pass is autograd (``jax.vjp``, ``GradientTape``) through
+``attention`` or ``attention_with_lse``: the op's own backward; the inputs then require grad, so
+the op must not detach them. An adapter overrides these public methods only, never the array
+backend's hooks. The soft-cap is ``masks.softcap`` in every method (``attention_features``'
+``features.softcap`` holds the same value); ALiBi is ``masks.alibi`` (the bias) in ``attention``
+and ``mha``, and ``features.slopes`` in ``attention_features``.
 """
 
 from __future__ import annotations
 
 import copy
 
+from . import _features
 from ._base import AttentionOutputs, MHAParams
 from ._generic import MaskArgs
 from ._validate import REJECTION_CLAUSES, Arg, Dims, Features, sdpa_dims
@@ -196,6 +201,25 @@ class NativeAdapter:
         to pass the op's own arguments where they are exact."""
         return NotImplemented
 
+    def mha_features(self, query, key, value, params: MHAParams, num_heads: int, masks: MaskArgs,
+                     features: Features, num_kv_heads: int | None = None):
+        """A spec 1.2 multi-head call with ``features`` and ``masks`` as given (not folded), as
+        :meth:`attention_features` for attention -> :class:`AttentionOutputs` (output (B, L_q,
+        d_out), weights, lse, present_key, present_value), or ``NotImplemented`` to take the
+        generic path (features folded into ``masks``, then :meth:`mha`)."""
+        return NotImplemented
+
+    def fold_features(self, like, masks: MaskArgs, features: Features, len_q: int, len_k: int):
+        """-> (masks, index): the call's ``features`` folded into ``masks`` as the generic path
+        folds them (one boolean ``mask`` (B|1, h|1, L_q, L_K) with key padding, causal and the
+        structural mask; ``softcap`` and the ``alibi`` bias set), L_K = L_past + L_k; ``index``:
+        the present-cache index (B, L_K) as NumPy (CACHE-1), None without a cache or with a full
+        one. ``like``: an input of the call (device, dtype, batch size)."""
+        plan = _features.plan(features, batch=self._shape(like)[0], len_q=len_q, len_k=len_k,
+                              causal=masks.causal)
+        folded = self._feature_masks(like, masks, features, plan, len_q, features.len_past + len_k)
+        return folded, plan.index
+
     # -- the framework backend's hooks, routed to the methods above ----------------------------
     def _check_features(self, op: str, dims, features: dict, dtype: str, kv, causal) -> Features:
         """The shared checks of the spec 1.2 arguments, but those of ``library_validates``: their
@@ -233,8 +257,14 @@ class NativeAdapter:
 
     def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
              feats: Features, num_kv_heads: int | None = None) -> AttentionOutputs:
+        """A feature call through :meth:`mha_features` when it answers, else the generic path."""
         if "mha" not in self.capabilities:
             self.unsupported("multi-head attention")
+        if feats.in_use:
+            native = self.mha_features(query, key, value, p, num_heads,
+                                       masks._replace(softcap=feats.softcap), feats, num_kv_heads)
+            if native is not NotImplemented:
+                return native
         return super()._mha(query, key, value, p, num_heads, masks, feats, num_kv_heads)
 
     def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):

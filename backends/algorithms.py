@@ -55,8 +55,9 @@ def attend(ops, q, k, v, allowed, additive, masks, lse: bool = False):
     additive terms and masks (SOFTCAP-1) -> (out (..., L_q, d_v), weights (..., L_q, L_k),
     lse (..., L_q) or None): with ``lse``, the per-row log-sum-exp of the final logits over the
     allowed keys, -inf for an empty row (LSE-1)."""
-    logits = ops._matmul(q, ops._transpose(k, (*range(len(ops._shape(k)) - 2), -1, -2)))
-    if ops._shape(k)[-2] == 0:  # L_k = 0: every row is fully masked (SHAPE-4, MASK-9)
+    k_shape = ops._shape(k)
+    logits = ops._matmul(q, ops._transpose(k, (*range(len(k_shape) - 2), -1, -2)))
+    if k_shape[-2] == 0:  # L_k = 0: every row is fully masked (SHAPE-4, MASK-9)
         out = ops._matmul(logits, v)  # (..., L_q, 0) @ (..., 0, d_v) = zeros
         if not lse:
             return out, logits, None
@@ -122,9 +123,9 @@ class Batched:
 
     def linear(self, ops, x, w, b):
         """x (..., in) @ w (in, out) + b (out,) as one 2-D GEMM over the rows of x."""
-        lead = ops._shape(x)[:-1]
-        y = ops._reshape(ops._matmul(ops._reshape(x, (-1, ops._shape(x)[-1])), w),
-                         (*lead, ops._shape(w)[1]))
+        shape = ops._shape(x)
+        y = ops._reshape(ops._matmul(ops._reshape(x, (-1, shape[-1])), w),
+                         (*shape[:-1], ops._shape(w)[1]))
         return y if b is None else ops._iadd(y, b)
 
     def attention(self, ops, q, k, v, masks, lse: bool = False):
@@ -198,7 +199,8 @@ class PerHead:
     def attention(self, ops, q, k, v, masks, lse: bool = False):
         """As :meth:`Batched.attention`, one kernel call per query head."""
         allowed = ops._allowed(q, k, masks.mask, masks.key_padding_mask, masks.causal)
-        heads, group = ops._shape(q)[1], ops._shape(q)[1] // ops._shape(k)[1]
+        heads = ops._shape(q)[1]
+        group = heads // ops._shape(k)[1]
         outs, weights, row_lse = self._heads(
             ops, heads, lambda i: (q[:, i], k[:, i // group], v[:, i // group]), allowed,
             ops._additive_terms(masks), masks, lse)

@@ -31,24 +31,38 @@ def library_index(present_index: np.ndarray) -> np.ndarray:
 
 
 class LibraryCache:
-    """Mixin for an adapter (an array backend) whose library attends ``Concat(past, new)``; the
-    adapter defines ``_cached(q, k, v, masks, past_key, past_value, index)`` -> AttentionOutputs
-    (``index``: the present-cache index as NumPy, or None for a full cache)."""
+    """Mixin for an adapter (an array backend) whose library attends ``Concat(past, new)``: a call
+    with a KV cache goes to the adapter's ``cached_attention(q, k, v, masks, past_key,
+    past_value, index)`` -> AttentionOutputs, ``masks`` folded over CACHE-1's present layout,
+    ``index`` the present-cache index as NumPy, or None for a full cache."""
 
-    def _multi_head(self, query, key, value, p, num_heads: int, m, num_kv_heads: int | None = None,
-                    lse: bool = False, cache=None):
+    def attention_features(self, q, k, v, masks, features):
+        """A call with a KV cache (without lse): the features folded, then ``cached_attention``;
+        other feature calls as the adapter's base does them."""
+        if not features.cached or features.lse:
+            return super().attention_features(q, k, v, masks, features)
+        folded, index = self.fold_features(q, masks, features, self._shape(q)[2],
+                                           self._shape(k)[2])
+        return self.cached_attention(q, k, v, folded, features.past_key, features.past_value,
+                                     index)
+
+    def mha_features(self, query, key, value, p, num_heads: int, masks, features,
+                     num_kv_heads: int | None = None):
         """Multi-head attention with a KV cache (projected past keys and values): the spec's
-        projections (MHA-2) around ``_cached``; other calls as the adapter's base does them."""
-        if cache is None or lse:
-            return super()._multi_head(query, key, value, p, num_heads, m, num_kv_heads, lse,
-                                       cache)
+        projections (MHA-2) around ``cached_attention``; other calls as the adapter's base does
+        them."""
+        if not features.cached or features.lse:
+            return super().mha_features(query, key, value, p, num_heads, masks, features,
+                                        num_kv_heads)
+        folded, index = self.fold_features(query, masks, features, self._shape(query)[1],
+                                           self._shape(key)[1])
         g = num_heads if num_kv_heads is None else num_kv_heads
         split, linear = PROJECTIONS.split, PROJECTIONS.linear
         q = split(self, linear(self, query, p.w_q, p.b_q), num_heads)
         k = split(self, linear(self, key, p.w_k, p.b_k), g)
         v = split(self, linear(self, value, p.w_v, p.b_v), g)
-        index = None if cache.index is None else self.to_numpy(cache.index)
-        res = self._cached(q, k, v, m, cache.past_key, cache.past_value, index)
+        res = self.cached_attention(q, k, v, folded, features.past_key, features.past_value,
+                                    index)
         return res._replace(output=linear(self, PROJECTIONS.combine(self, res.output), p.w_o,
                                           p.b_o))
 

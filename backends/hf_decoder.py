@@ -48,7 +48,6 @@ from .optional import require
 
 require("transformers", extra="hf")
 
-from . import _features  # noqa: E402
 from . import masks as mask_forms  # noqa: E402
 from ._base import AttentionOutputs  # noqa: E402
 from .adapters import MaskArgs  # noqa: E402
@@ -119,16 +118,8 @@ class HFDecoderAttention(LibraryCache, TransformersAdapter):
                                     attention_mask, dropout=0.0, scaling=m.scale, **extra)
         return out.transpose(1, 2), weights
 
-    # -- KV cache (CACHE): a DynamicCache -------------------------------------------------------
-    def _sdpa(self, q, k, v, m: MaskArgs, feats):
-        if not feats.cached or feats.lse:
-            return super()._sdpa(q, k, v, m, feats)
-        len_q, len_k = q.shape[2], k.shape[2]
-        plan = _features.plan(feats, batch=q.shape[0], len_q=len_q, len_k=len_k, causal=m.causal)
-        folded = self._feature_masks(q, m, feats, plan, len_q, feats.len_past + len_k)
-        return self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index)
-
-    def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index):
+    # -- KV cache (CACHE): a DynamicCache (calls reach it through LibraryCache) ----------------
+    def cached_attention(self, q, k, v, m: MaskArgs, past_key, past_value, index):
         """The function over a ``DynamicCache`` holding ``past_key`` (B, g, L_past, d_k) and
         ``past_value``, updated with ``k``, ``v``; ``m`` over CACHE-1's layout, ``index`` (B, L_K)
         NumPy or None (a full cache) -> :class:`AttentionOutputs` without lse."""

@@ -30,6 +30,9 @@ class NumpyBackend(ArrayBackend):
     def to_numpy(self, x) -> np.ndarray:
         return np.asarray(x)
 
+    def _shape(self, x) -> tuple[int, ...]:
+        return x.shape  # already a tuple of Python ints
+
     def _dtype_name(self, x) -> str:
         return x.dtype.name  # "float32" for either byte order
 

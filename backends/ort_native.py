@@ -60,7 +60,7 @@ import importlib.util
 
 import numpy as np
 
-from . import _features, masks
+from . import masks
 from ._base import AttentionOutputs
 from .adapters import MaskArgs, NumpyAdapter
 from .cache_layout import LibraryCache
@@ -235,10 +235,13 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         return ("float32", "float16")  # float64: scale taken in float32 (see deviations)
 
     def attention_features(self, q, k, v, m: MaskArgs, features):
-        """Per-batch key lengths (SEG-2) as the node's ``nonpad_kv_seqlen`` when they are the
-        call's only feature, exact (:func:`.masks.native_lengths`) and without a causal mask (the
-        node's causal diagonal then follows each item's valid length); otherwise NotImplemented:
-        segments and lengths reach the node folded into ``attn_mask``."""
+        """A call with a KV cache (without lse): :meth:`_with_cache`. Per-batch key lengths
+        (SEG-2) as the node's ``nonpad_kv_seqlen`` when they are the call's only feature, exact
+        (:func:`.masks.native_lengths`) and without a causal mask (the node's causal diagonal then
+        follows each item's valid length); otherwise NotImplemented: segments and lengths reach
+        the node folded into ``attn_mask``."""
+        if features.cached and not features.lse:
+            return self._with_cache(q, k, v, m, features)
         lengths = masks.native_lengths(features.positions)
         plain = (features.window is None and features.softcap is None and features.slopes is None
                  and not features.lse and not features.cached and m.causal is None)
@@ -281,29 +284,24 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         return session.run(names, feeds)
 
     # -- KV cache (CACHE): the node's past_key / past_value -------------------------------------
-    def _sdpa(self, q, k, v, m: MaskArgs, feats):
+    def _with_cache(self, q, k, v, m: MaskArgs, feats) -> AttentionOutputs:
         """A call with a KV cache runs the node with ``past_key`` / ``past_value``; with a full
         cache and no mask, bias or other feature, its own ``is_causal`` (offset = the past
-        length, CACHE-2); otherwise the structural mask of the call, laid out as the node's keys.
-        Other feature calls: :meth:`attention_features` or the generic path."""
-        if not feats.cached or feats.lse:
-            return super()._sdpa(q, k, v, m, feats)
+        length, CACHE-2); otherwise the structural mask of the call, laid out as the node's keys."""
         len_q, len_k = self._shape(q)[2], self._shape(k)[2]
-        plan = _features.plan(feats, batch=self._shape(q)[0], len_q=len_q, len_k=len_k,
-                              causal=m.causal)
+        folded, index = self.fold_features(q, m, feats, len_q, len_k)
         # one query with several new keys: onnxruntime's is_causal then allows every key (ONNX's
         # reference and CACHE-2 allow j <= L_past + i; docs/ort.md), so that call takes the mask
-        plain = (plan.index is None and feats.window is None and feats.slopes is None
+        plain = (index is None and feats.window is None and feats.slopes is None
                  and all(x is None for x in (m.mask, m.bias, m.legacy_mask, m.key_padding_mask))
                  and not (m.causal is not None and len_q == 1 < len_k))
         if plain:
             folded = m._replace(causal=None, softcap=feats.softcap)
-        else:
-            folded = self._feature_masks(q, m, feats, plan, len_q, feats.len_past + len_k)
-        return self._cached(q, k, v, folded, feats.past_key, feats.past_value, plan.index,
-                            is_causal=plain and m.causal is not None)
+        return self.cached_attention(q, k, v, folded, feats.past_key, feats.past_value, index,
+                                     is_causal=plain and m.causal is not None)
 
-    def _cached(self, q, k, v, m: MaskArgs, past_key, past_value, index, *, is_causal=False):
+    def cached_attention(self, q, k, v, m: MaskArgs, past_key, past_value, index, *,
+                         is_causal=False):
         """The node with ``past_key`` (B, g, L_past, d_k), ``past_value`` (B, g, L_past, d_v):
         ``m`` holds the call's masks over CACHE-1's present layout (L_K = L_past + L_k);
         ``index`` (B, L_K) gathers that layout from ``Concat(past, new, zero)`` (None: a full
