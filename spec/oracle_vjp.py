@@ -1,10 +1,10 @@
-"""The oracle of spec 1.3 (proposed for 1.3): attention sinks, and the gradient of scaled dot-product
+"""The oracle of spec 1.3: attention sinks, and the gradient of scaled dot-product
 attention with every feature of spec 1.2, written from the equations and the chain rule.
 
 Axis legend: B batch, h query heads, g key/value heads (g divides h), L_q queries, L_k new keys,
 L_past cached keys, L_K = L_past + L_k keys attended (L_k without a cache), d_k / d_v per-head widths.
 
-**Sinks (SINK, proposed for 1.3).** ``sinks`` (h,) holds one finite logit sigma_h per query head
+**Sinks (SINK-1 to SINK-4).** ``sinks`` (h,) holds one finite logit sigma_h per query head
 (gpt-oss ``sinks``; the peers are compared in ``docs/sinks-peers.md``). It joins the softmax
 denominator of every row of head h and carries no value. It is a logit in the units of the final
 logits S: not multiplied by the scale, not soft-capped, no bias or ALiBi added, never masked (as in
@@ -18,7 +18,7 @@ A row with no allowed key gives output 0 and weights 0 (as MASK-9) and lse sigma
 spec 1.2 gives -inf. Merging key chunks by their lse (LSE-2) stays exact when the sink is counted in
 exactly one chunk. Without ``sinks`` every equation is spec 1.2's.
 
-**Gradient (GRAD for SDPA, proposed for 1.3).** For cotangents dO (B, h, L_q, d_v) on the output and
+**Gradient (GRAD-3 to GRAD-9).** For cotangents dO (B, h, L_q, d_v) on the output and
 optionally dlse (B, h, L_q) on the log-sum-exp, the loss is ``sum(dO * output) + sum(dlse * lse)``;
 per batch item and head, with X = s q k^T and S = c tanh(X / c) + additive terms (S = X + ... without
 soft-capping)::

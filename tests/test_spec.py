@@ -82,11 +82,11 @@ def test_a_draft_says_so_in_its_heading_and_a_released_version_does_not():
     assert "draft" not in "\n".join(released)
 
 
-def test_the_current_version_is_the_1_3_draft():
-    """1.3 stays a draft until every in-repo backend conforms to it; 1.2 is the latest release."""
+def test_the_current_version_is_the_1_3_release():
+    """1.3 is released (every in-repo backend conforms to it) and frozen: the latest release."""
     spec = load()
-    assert (spec.version, spec.status) == ("1.3", "draft")
-    assert max(FROZEN, key=lambda v: tuple(map(int, v.split(".")))) == "1.2"
+    assert (spec.version, spec.status) == ("1.3", "released")
+    assert max(FROZEN, key=lambda v: tuple(map(int, v.split(".")))) == "1.3"
 
 
 def test_new_and_changed_clauses_are_marked_in_the_rendering():
@@ -150,7 +150,8 @@ def test_the_decisions_frameworks_disagree_on_are_clauses():
 #: SHA-256 of every released version's frozen rendering (errata policy: never edited in place).
 FROZEN = {"1.0": "ec86283ee2ebe6f4721524c5798fcfc4a6b315ce11892a26d602ac45fa2ac33a",
           "1.1": "a34fda1483db99abfd192b2d1d3975f94527738bde3bd1266bfb4007174820fd",
-          "1.2": "5fd7ac07e782a6451774424771c136b50fd4c8b525087f5e69a6d93b3eab55d4"}
+          "1.2": "5fd7ac07e782a6451774424771c136b50fd4c8b525087f5e69a6d93b3eab55d4",
+          "1.3": "6db0e0bd1f1ff95262d73d344673b484bd35eb46b18e5a332d33cf3d2286708b"}
 
 
 @pytest.mark.parametrize("version", sorted(FROZEN))
