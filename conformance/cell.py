@@ -1,10 +1,10 @@
-"""Running a cell: one backend on one device in one dtype (:class:`Impl`), and one operation on a case.
+"""Running a cell: one backend on one device in one dtype (:class:`Cell`), and one operation on a case.
 
 Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 
-:class:`Impl` is one parametrization of the suite: a backend on a device in a dtype.
+:class:`Cell` is one parametrization of the suite: a backend on a device in a dtype.
 :func:`run` runs an operation on a :class:`~mhaspec.conformance.strategies.Case` and returns NumPy
-results (:class:`Result`); :meth:`Impl.call` is the one place a backend method is called (the
+results (:class:`Result`); :meth:`Cell.call` is the one place a backend method is called (the
 per-call time limit, the call count, the device check). :func:`fit` drops what a backend does not
 claim from a case; :func:`op_capabilities` and :func:`op_deviations` read a backend's claims for
 one operation.
@@ -91,7 +91,7 @@ class Result(NamedTuple):
     present_lengths: np.ndarray | None = None
 
 
-class Impl(NamedTuple):
+class Cell(NamedTuple):
     """One parametrization: ``backend`` on ``device`` computing in ``dtype``."""
 
     backend: Any
@@ -99,7 +99,7 @@ class Impl(NamedTuple):
     dtype: str
 
     def __repr__(self) -> str:
-        return f"Impl({self.backend.name!r}, {self.device!r}, {self.dtype!r})"
+        return f"Cell({self.backend.name!r}, {self.device!r}, {self.dtype!r})"
 
     @property
     def id(self) -> str:
@@ -188,7 +188,7 @@ class Impl(NamedTuple):
         return Result(got.pop("output"), got.pop("weights"), **got)
 
 
-def run(impl: Impl, op: str, case: Case, **overrides) -> Result:
+def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
     """Run ``op`` ("sdpa": scaled_dot_product_attention on q, k, v; "mha": multi_head_attention on
     query, key, value and the parameters) of ``impl`` on ``case``; NumPy results.
 

@@ -492,7 +492,7 @@ def agrees(got, expected, dtype: str) -> bool:
     return bool(np.all(np.abs(got[finite] - expected[finite]) <= tol))
 
 
-def _matches(impl: harness.Impl, signature: Signature) -> bool | None:
+def _matches(impl: harness.Cell, signature: Signature) -> bool | None:
     """Whether ``impl`` shows ``signature`` (None: the case cannot be run here)."""
     if harness.fit(signature.spec, harness.op_capabilities(impl.backend, signature.op),
                    impl.dtype, signature.op) != signature.spec:
@@ -510,7 +510,7 @@ def _matches(impl: harness.Impl, signature: Signature) -> bool | None:
             and not all(agrees(g, r, impl.dtype) for g, _, r in parts))
 
 
-def _outcomes(impl: harness.Impl, signature: Signature, case) -> tuple[tuple, tuple]:
+def _outcomes(impl: harness.Cell, signature: Signature, case) -> tuple[tuple, tuple]:
     """The backend's results on the signature's case and the oracle's, in ``expect``'s order:
     (output, weights, lse), or the gradients :data:`GRADIENTS` when it needs "attention_vjp"
     (with an lse cotangent when the case asks for the lse); with :func:`sinks` when it needs
@@ -525,14 +525,14 @@ def _outcomes(impl: harness.Impl, signature: Signature, case) -> tuple[tuple, tu
     return (got.out, got.weights, got.lse), (ref.out, ref.weights, ref.lse)
 
 
-def probe_cell(backend) -> harness.Impl | None:
+def probe_cell(backend) -> harness.Cell | None:
     """The cell the probes run in: the first available device, float64 where claimed, else
     float32 (None when neither is offered)."""
     for device, why in backend.devices().items():
         if why is None:
             for dtype in ("float64", "float32"):
                 if dtype in backend.dtypes(device):
-                    return harness.Impl(backend, device, dtype)
+                    return harness.Cell(backend, device, dtype)
     return None
 
 
@@ -576,13 +576,13 @@ def diagnose(backend) -> str | None:
     return precision(impl, op)
 
 
-def declared_in(impl: harness.Impl, op: str) -> set[str]:
+def declared_in(impl: harness.Cell, op: str) -> set[str]:
     """The clauses whose deviation ``impl``'s cell declares for ``op``: none of them is named."""
     return set(harness.op_deviations(
         harness.cell_deviations(impl.backend, impl.device, impl.dtype), op))
 
 
-def mask_vs_bias(impl: harness.Impl) -> str | None:
+def mask_vs_bias(impl: harness.Cell) -> str | None:
     """MASK-11 as two calls of the backend: ``mask=M`` and ``bias=where(M, 0, -inf)`` on a case
     with fully masked rows must agree. One line saying what each form gives on those rows (None
     when they agree, or the backend does not claim both for SDPA)."""
@@ -625,7 +625,7 @@ ROUNDOFF = {"float32": 2.0 ** -24, "float16 or TF32 (10-bit mantissa)": 2.0 ** -
             "bfloat16 (7-bit mantissa)": 2.0 ** -8}
 
 
-def precision(impl: harness.Impl, op: str) -> str | None:
+def precision(impl: harness.Cell, op: str) -> str | None:
     """In a float64 cell: the lower precision whose unit roundoff is within a factor 8 of the
     relative error on the plain case (None when none is, or the error is float64's own)."""
     if impl.dtype != "float64":

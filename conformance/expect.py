@@ -15,13 +15,13 @@ import re
 import numpy as np
 
 from . import failure_file, tolerance
-from .cell import Impl, Result, run
+from .cell import Cell, Result, run
 from .item_state import ItemState, run_settings, running
 from .judge import Reference, check, finite_max_abs, float32_hint, magnitude, reference
 from .strategies import Case, CaseSpec
 
 
-def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = None) -> str:
+def reproducer(impl: Cell, op: str, spec: CaseSpec, overrides: dict | None = None) -> str:
     """Python a user can paste to replay exactly this case on this backend."""
     extra = f", overrides={overrides!r}" if overrides else ""
     ref = run_settings().backend_refs.get(impl.backend.name, impl.backend.name)
@@ -31,7 +31,7 @@ def reproducer(impl: Impl, op: str, spec: CaseSpec, overrides: dict | None = Non
             f"dtype={impl.dtype!r}{extra})")
 
 
-def save_failure(impl: Impl, case: Case, op: str, clause: str, overrides: dict,
+def save_failure(impl: Cell, case: Case, op: str, clause: str, overrides: dict,
                  state: ItemState | None = None) -> str:
     """Save the failing case (array overrides folded in, :func:`failure_file.saveable`) for
     ``mhaspec replay`` when the run of the test ``state`` records (default: the running test) has a
@@ -79,7 +79,7 @@ def record_failure(clause: str, what: str, error: float, scale: float, detail: s
                          "scale": float(scale), "detail": detail, "case": repr(spec)}
 
 
-def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
+def expect_oracle(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
                   overrides: dict | None = None, ref: Reference | None = None,
                   context: str = "") -> None:
     """Assert ``got`` agrees with the oracle under NUM-3 (:func:`check`); the message names the
@@ -99,7 +99,7 @@ def expect_oracle(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
                 f"reproduce with:\n{reproducer(impl, op, case.spec, overrides)}" + saved)
 
 
-def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, allowed: float,
+def expect_close(impl: Cell, case: Case, got: np.ndarray, want: np.ndarray, *, allowed: float,
                  clause: str, what: str, op: str) -> None:
     """Assert two results of the same backend agree within ``allowed`` (a property's bound; one
     that is not finite never passes, :func:`tolerance.within`)."""
@@ -115,7 +115,7 @@ def expect_close(impl: Impl, case: Case, got: np.ndarray, want: np.ndarray, *, a
 
 
 
-def rejection_problem(impl: Impl, op: str, case: Case, names: str | tuple[str, ...], what: str,
+def rejection_problem(impl: Cell, op: str, case: Case, names: str | tuple[str, ...], what: str,
                       **overrides) -> str | None:
     """Make the invalid call ``run(impl, op, case, **overrides)`` (overrides of ``q``, ``k``, ``v``,
     ``query``, ``key`` or ``value`` replace the case's array); None when it raises ValueError
@@ -134,7 +134,7 @@ def rejection_problem(impl: Impl, op: str, case: Case, names: str | tuple[str, .
     return f"{what}: accepted (no ValueError)"
 
 
-def expect_rejections(impl: Impl, op: str, case: Case, clause: str, bad: list[tuple]) -> None:
+def expect_rejections(impl: Cell, op: str, case: Case, clause: str, bad: list[tuple]) -> None:
     """Assert every ``(what, names, overrides)`` of ``bad`` is rejected (:func:`rejection_problem`)."""
     problems = [p for what, names, kw in bad
                 if (p := rejection_problem(impl, op, case, names, what, **kw)) is not None]

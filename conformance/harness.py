@@ -5,7 +5,7 @@ Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 The suite's helpers are split by purpose; this module gathers the names a test calls, so a test
 module imports one thing (``from . import harness``):
 
-* running a cell (:mod:`.cell`): :class:`Impl` (backend x device x dtype), :func:`run`,
+* running a cell (:mod:`.cell`): :class:`Cell` (backend x device x dtype), :func:`run`,
   :class:`Result`, :func:`fit`, the per-call time limit (:class:`CallTimeout`), :func:`note` (a
   direct call's case, for the condition record);
 * judging (:mod:`.judge`): :func:`check` against the float64 oracle under NUM-3 (its parts, or
@@ -22,7 +22,7 @@ Stable interface: :func:`run`, :func:`check` and :func:`expect_oracle` keep thei
 
 from __future__ import annotations
 
-from .cell import (OPS, CallTimeout, Impl, Result, cell_deviations, fit, note, op_capabilities,
+from .cell import (OPS, CallTimeout, Cell, Result, cell_deviations, fit, note, op_capabilities,
                    op_deviations, run)
 from .expect import (expect_close, expect_oracle, expect_rejections, rejection_problem,
                      reproducer)
@@ -30,7 +30,7 @@ from .judge import (Check, Reference, allowance, check, float32_hint, judge_part
                     lse_for_comparison, lse_scale, magnitude, oracle_result, reference,
                     rows_left_to_mask9, sum_length)
 
-__all__ = ["OPS", "CallTimeout", "Impl", "Result", "cell_deviations", "fit", "note", "op_capabilities",
+__all__ = ["OPS", "CallTimeout", "Cell", "Result", "cell_deviations", "fit", "note", "op_capabilities",
            "op_deviations", "run",
            "expect_close", "expect_oracle", "expect_rejections", "rejection_problem", "reproducer",
            "Check", "Reference", "allowance", "check", "float32_hint", "judge_parts",

@@ -18,7 +18,7 @@ import numpy as np
 from mhaspec.spec import oracle
 
 from . import governed, tolerance
-from .cell import OPS, Impl, Result, cell_deviations, op_deviations
+from .cell import OPS, Cell, Result, cell_deviations, op_deviations
 from .item_state import record_ratio, running_clauses
 from .strategies import Case, CaseSpec, build_case
 
@@ -132,7 +132,7 @@ def sum_length(spec: CaseSpec) -> int:
     return max(spec.len_k, spec.d_k, spec.heads * spec.d_v, spec.d_model, spec.k_dim, spec.v_dim)
 
 
-def allowance(case: Case, op: str, impl: Impl, ref: Reference | None = None) -> tuple[float, float]:
+def allowance(case: Case, op: str, impl: Cell, ref: Reference | None = None) -> tuple[float, float]:
     """NUM-3's allowed absolute error for (output, weights) of this case in ``impl.dtype``."""
     ref = ref or reference(case, op, impl.dtype)
     expected, length = ref.expected, sum_length(case.spec)
@@ -149,7 +149,7 @@ class Check(NamedTuple):
     "present_value" (spec 1.2), or "present_lengths" (compared exactly)."""
 
     what: str
-    verdict: tolerance.Verdict
+    verdict: tolerance.Comparison
 
 
 def lse_scale(lse: np.ndarray) -> float:
@@ -166,7 +166,7 @@ def lse_for_comparison(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
     return np.where((expected == -np.inf) & (got != -np.inf), 0.0, got)
 
 
-def _exact(got: np.ndarray, want: np.ndarray) -> tolerance.Verdict:
+def _exact(got: np.ndarray, want: np.ndarray) -> tolerance.Comparison:
     """Integer results (present_lengths, CACHE-1): equal or not."""
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -174,10 +174,10 @@ def _exact(got: np.ndarray, want: np.ndarray) -> tolerance.Verdict:
     wrong = np.argwhere(got != want)
     where = None if wrong.size == 0 else tuple(int(i) for i in wrong[0])
     error = 0.0 if where is None else float(np.max(np.abs(got.astype(np.float64) - want)))
-    return tolerance.Verdict(where is None, error, 0.0, 0.0, 0.0 if where is None else np.inf, where)
+    return tolerance.Comparison(where is None, error, 0.0, 0.0, 0.0 if where is None else np.inf, where)
 
 
-def check(impl: Impl, case: Case, got: Result, *, op: str, clause: str,
+def check(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
           overrides: dict | None = None, ref: Reference | None = None) -> list[Check]:
     """Judge ``got`` (from :func:`run` with the same ``overrides``) against the oracle under NUM-3:
     the output, and the weights when returned; with spec 1.2's outputs also the log-sum-exp (scale
@@ -240,7 +240,7 @@ def judge_parts(parts, *, dtype: str, clause: str, sum_length: int = 0,
     return checks
 
 
-def rows_left_to_mask9(impl: Impl, op: str, expected: Result,
+def rows_left_to_mask9(impl: Cell, op: str, expected: Result,
                        clause: str | None = None) -> np.ndarray | None:
     """The oracle's fully masked rows (no allowed key: all-zero weights, MASK-9) as a boolean
     ``(B, h, L_q)``, when the cell declares a deviation for ``op`` of a clause governing them
@@ -266,7 +266,7 @@ def _unjudged(arrays: list, where) -> list:
     return [None if a is None else np.where(where, 0.0, a) for a in arrays]
 
 
-def float32_hint(dtype: str, what: str, verdict: tolerance.Verdict, ref: Reference) -> str:
+def float32_hint(dtype: str, what: str, verdict: tolerance.Comparison, ref: Reference) -> str:
     """For a float64 failure within float32's error: a note that the result has float32
     accuracy, i.e. a float64 path that rounds through float32 (NUM-2); "" otherwise."""
     if dtype != "float64" or what not in ("output", "weights", "lse") \

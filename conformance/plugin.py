@@ -229,7 +229,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
                     marks.append(pytest.mark.xfail(
                         strict=True, reason=DECLARED + "; ".join(
                             f"{c}: {deviations[c]}" for c in declared)))
-                impl = cell.Impl(backend, device, dtype)
+                impl = cell.Cell(backend, device, dtype)
                 if op is None:
                     params.append(pytest.param(impl, id=impl.id, marks=marks))
                 else:
@@ -252,7 +252,7 @@ def _record(item: pytest.Item, why: str = "") -> dict | None:
     """The not-run record of a conformance test item (None for other items)."""
     impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
     clauses = [c for m in item.iter_markers("clause") for c in m.args]
-    if not isinstance(impl, cell.Impl) or not clauses:
+    if not isinstance(impl, cell.Cell) or not clauses:
         return None
     return {"backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
             "clauses": clauses, "test": item.nodeid.split("::")[-1], "why": why}
@@ -408,7 +408,7 @@ def _no_shrink_after_a_failure(item: pytest.Item, state):
     # True: may shrink; False: not shrunk after an earlier failure; None: nothing to shrink (not a
     # Hypothesis test, or a profile without shrinking such as triage)
     state.shrink = True if own is not None and Phase.shrink in own.phases else None
-    if (collector is None or collector.shrink_all or not isinstance(impl, cell.Impl) or own is None
+    if (collector is None or collector.shrink_all or not isinstance(impl, cell.Cell) or own is None
             or (impl.backend.name, impl.device, impl.dtype) not in collector.failed_cells
             or Phase.shrink not in own.phases):
         return lambda: None

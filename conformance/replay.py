@@ -22,7 +22,7 @@ def replay(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", dtype:
            overrides: dict | None = None) -> list[harness.Check]:
     """Run ``op`` ("sdpa" or "mha") of ``backend`` (name or ``module:attr``) on ``spec``; print and
     return the NUM-3 checks of output and weights."""
-    impl = harness.Impl(load_backend(backend), device, dtype)
+    impl = harness.Cell(load_backend(backend), device, dtype)
     checks = judge_case(impl, build_case(spec), op, overrides or {})
     for line in describe(impl.id, op, checks):
         print(line)
@@ -35,7 +35,7 @@ class Unjudgeable(ValueError):
     NUM-3's domain, where no result passes, :func:`tolerance.within`)."""
 
 
-def judgeable_reference(impl: harness.Impl, case: Case, op: str,
+def judgeable_reference(impl: harness.Cell, case: Case, op: str,
                         overrides: dict) -> harness.Reference:
     """The oracle and naive results that judge ``op`` on ``case`` in ``impl``'s dtype, computed
     before the backend runs; :class:`Unjudgeable` when the case cannot be judged. The allowance
@@ -57,7 +57,7 @@ def judgeable_reference(impl: harness.Impl, case: Case, op: str,
     return ref
 
 
-def judge_case(impl: harness.Impl, case: Case, op: str, overrides: dict, *,
+def judge_case(impl: harness.Cell, case: Case, op: str, overrides: dict, *,
                clause: str = "replay") -> list[harness.Check]:
     """Run ``op`` of ``impl`` on ``case`` and judge it (the suite's one run and one judgement);
     :class:`Unjudgeable` before the backend runs for a case that cannot be judged; the backend's

@@ -1,6 +1,6 @@
 """The order of a run's test items and how pytest-xdist shares them out: one cell at a time.
 
-A cell is one backend on one device in one dtype (:class:`~mhaspec.conformance.harness.Impl`).
+A cell is one backend on one device in one dtype (:class:`~mhaspec.conformance.harness.Cell`).
 pytest collects test by test, each test over every cell; :func:`by_cell` reorders the items
 cell by cell (backends in the run's order, each backend's cells together, and within a cell the
 tests in the order of their clauses in the spec, collection order among equals). With

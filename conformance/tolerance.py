@@ -37,7 +37,7 @@ SMALLEST_NORMAL = {"float64": 2.0**-1022, "float32": 2.0**-126, "float16": 2.0**
                    "bfloat16": 2.0**-126}
 
 
-class Verdict(NamedTuple):
+class Comparison(NamedTuple):
     """The outcome of one comparison with the oracle."""
 
     ok: bool
@@ -99,7 +99,7 @@ def within(error: float, allowed: float) -> bool:
 
 
 def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale: float,
-          sum_length: int = 0, condition: float = 1.0) -> Verdict:
+          sum_length: int = 0, condition: float = 1.0) -> Comparison:
     """Apply NUM-3. ``naive``: the naive algorithm's result(s) in ``dtype`` (float32 for float64),
     one array or a list (one per :func:`naive_precisions` entry); the largest error counts.
     ``sum_length``: N of the subnormal allowance (0: none); ``condition``: the softmax condition
@@ -114,7 +114,7 @@ def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale:
         ratio = np.inf
     else:
         ratio = error / (ref_error + floor / K) if allowed > 0 else (0.0 if error == 0 else np.inf)
-    return Verdict(within(error, allowed), error, ref_error, allowed, float(ratio), where)
+    return Comparison(within(error, allowed), error, ref_error, allowed, float(ratio), where)
 
 
 def naive_precisions(dtype: str) -> tuple[str, ...]:

@@ -110,7 +110,7 @@ def test_array_overrides_are_saved_as_the_cases_own_arrays(tmp_path):
     mask, and reads back so; an override the format cannot hold is not saved at all."""
     import numpy as np
 
-    from mhaspec.conformance.harness import Impl
+    from mhaspec.conformance.harness import Cell
     from mhaspec.conformance.strategies import CaseSpec, build_case
 
     case = build_case(CaseSpec(mask_shape=(2, 1, 3, 3), fully_masked_rows=True, seed=1))
@@ -118,7 +118,7 @@ def test_array_overrides_are_saved_as_the_cases_own_arrays(tmp_path):
     fitted, scalars = failure_file.saveable(case, {"mask": None, "bias": bias, "causal": "top_left"})
     assert fitted.mask is None and fitted.spec.mask_shape is None and fitted.spec.bias_shape == (2, 1, 3, 3)
     assert scalars == {"causal": "top_left"}
-    impl = Impl(None, "cpu", "float64")
+    impl = Cell(None, "cpu", "float64")
     path = failure_file.save_case(tmp_path / "c.npz", impl, fitted, op="sdpa", clause="MASK-11",
                                   backend_ref="b", overrides=scalars)
     meta, back = failure_file.read_case(path)

@@ -171,7 +171,7 @@ DEVICES_RAISE = wrong("devices", no_devices)
 # replacing the judge at import: in-process, every comparison then passed
 from mhaspec.conformance import tolerance as _tolerance
 
-_tolerance.judge = lambda *a, **k: _tolerance.Verdict(True, 0.0, 1.0, 0.0, 0.0, None)
+_tolerance.judge = lambda *a, **k: _tolerance.Comparison(True, 0.0, 1.0, 0.0, 0.0, None)
 '''
 
 #: the heads chapter's tests (HEAD-1, HEAD-2 and INPUT-1's split/combine test): a cheap selection

@@ -19,7 +19,7 @@ jnp = pytest.importorskip("jax.numpy")
 
 from mhaspec.backends.jax_native import DPA, DPA_JIT, JaxDPA  # noqa: E402
 from mhaspec.conformance import vjp  # noqa: E402
-from mhaspec.conformance.harness import Impl  # noqa: E402
+from mhaspec.conformance.harness import Cell  # noqa: E402
 from mhaspec.conformance.strategies import CaseSpec  # noqa: E402
 
 SPEC = CaseSpec(batch=1, heads=4, kv_heads=2, len_q=3, len_k=4, d_k=2, d_v=2, d_model=8,
@@ -70,7 +70,7 @@ def _op_by_hand(case, d_out):
 
 @pytest.mark.parametrize("adapter", [DPA, DPA_JIT], ids=lambda a: a.name)
 def test_gradients_are_jax_vjp_of_the_op(adapter):
-    impl = Impl(adapter, "cpu", "float32")
+    impl = Cell(adapter, "cpu", "float32")
     case = impl.case(SPEC, "sdpa")
     assert case.key_padding_mask is not None and not case.key_padding_mask.all()
     got = vjp.run(impl, case)
@@ -80,8 +80,8 @@ def test_gradients_are_jax_vjp_of_the_op(adapter):
 
 
 def test_a_backward_that_is_not_the_ops_fails_under_its_clause():
-    case = Impl(DPA, "cpu", "float32").case(SPEC, "sdpa")
-    vjp.expect_gradients(Impl(DPA, "cpu", "float32"), case, "GRAD-4")
-    broken = Impl(FirstHeadOfGroup("jax-dpa-first-head-of-group"), "cpu", "float32")
+    case = Cell(DPA, "cpu", "float32").case(SPEC, "sdpa")
+    vjp.expect_gradients(Cell(DPA, "cpu", "float32"), case, "GRAD-4")
+    broken = Cell(FirstHeadOfGroup("jax-dpa-first-head-of-group"), "cpu", "float32")
     with pytest.raises(AssertionError, match=r"\[GRAD-4\].*gradient of '[kv]'"):
         vjp.expect_gradients(broken, case, "GRAD-4")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from mhaspec.conformance import test_grad
-from mhaspec.conformance.harness import Impl
+from mhaspec.conformance.harness import Cell
 from mhaspec.conformance.strategies import CaseSpec
 
 SPEC = CaseSpec(batch=2, heads=2, len_q=3, len_k=4, d_k=2, d_v=2, d_model=4, k_dim=4, v_dim=4,
@@ -31,7 +31,7 @@ def _load(name):
 
 
 def _judge(backend):
-    impl = Impl(backend, "cpu", "float32")
+    impl = Cell(backend, "cpu", "float32")
     case = impl.case(SPEC)
     got = test_grad.backend_grads(impl, case, test_grad.cotangent(case))
     test_grad.expect_oracle_grads(impl, case, got, "GRAD-1")

@@ -10,12 +10,12 @@ import sys
 from types import SimpleNamespace
 
 from mhaspec.conformance import scheduling
-from mhaspec.conformance.harness import Impl
+from mhaspec.conformance.harness import Cell
 
 
 def item(test: str, backend: str | None, device: str = "cpu", dtype: str = "float32",
          clauses: tuple[str, ...] = ()):
-    params = {} if backend is None else {"impl": Impl(SimpleNamespace(name=backend), device, dtype)}
+    params = {} if backend is None else {"impl": Cell(SimpleNamespace(name=backend), device, dtype)}
     marks = [SimpleNamespace(args=(c,)) for c in clauses]
     return SimpleNamespace(name=f"{test}[{backend}-{device}-{dtype}]",
                            callspec=SimpleNamespace(params=params),

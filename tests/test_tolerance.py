@@ -68,7 +68,7 @@ def test_a_wrong_result_on_a_case_that_overflows_float16_never_conforms():
     from mhaspec.conformance import harness
     from mhaspec.conformance.strategies import CaseSpec
 
-    impl = harness.Impl(BATCHED, "cpu", "float16")
+    impl = harness.Cell(BATCHED, "cpu", "float16")
     drawn = impl.case(CaseSpec(), "sdpa")
     case = drawn._replace(q=drawn.q * 300, k=drawn.k * 300)
     with np.errstate(all="ignore"):

@@ -45,7 +45,7 @@ class Confirmation(NamedTuple):
     confirmed: bool
 
 
-def _outcome(impl: harness.Impl, spec: CaseSpec, op: str, clause: str) -> tuple[bool, str]:
+def _outcome(impl: harness.Cell, spec: CaseSpec, op: str, clause: str) -> tuple[bool, str]:
     """(the output agrees with the oracle under NUM-3 (:func:`harness.check`), a short
     description). A convention is about the output: the weights are not judged."""
     case = impl.case(spec, op)
@@ -67,8 +67,8 @@ def confirm(adapter) -> list[Confirmation]:
     dtype = "float32" if "float32" in adapter.dtypes("cpu") else adapter.dtypes("cpu")[0]
     for key, (clause, explanation) in sorted(getattr(adapter, "conventions", {}).items()):
         spec = CASES[key]
-        ok, shipped = _outcome(harness.Impl(adapter, "cpu", dtype), spec, op, clause)
-        bad, raw = _outcome(harness.Impl(adapter.untranslated(key), "cpu", dtype), spec, op, clause)
+        ok, shipped = _outcome(harness.Cell(adapter, "cpu", dtype), spec, op, clause)
+        bad, raw = _outcome(harness.Cell(adapter.untranslated(key), "cpu", dtype), spec, op, clause)
         rows.append(Confirmation(adapter.name, key, clause, explanation, shipped, raw,
                                  ok and not bad))
     return rows

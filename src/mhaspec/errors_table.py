@@ -25,7 +25,7 @@ def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
              "| clause | operation | invalid input | argument | error raised |",
              "|---|---|---|---|---|"]
     for (clause, op), entries in BAD_INPUTS.items():
-        impl = harness.Impl(backend, "cpu", "float16" if clause == "ERR-9" else dtype)
+        impl = harness.Cell(backend, "cpu", "float16" if clause == "ERR-9" else dtype)
         for bad in entries:
             try:
                 invalid_call(impl, op, bad)

@@ -93,7 +93,7 @@ def agreement(backends: list, dtype: str) -> tuple[list[str], np.ndarray]:
     for be in backends:
         if "mha" not in be.capabilities:
             continue
-        impl = harness.Impl(be, "cpu", dtype)
+        impl = harness.Cell(be, "cpu", dtype)
         results = []
         for spec in AGREEMENT_CASES.values():
             try:

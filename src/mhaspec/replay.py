@@ -54,7 +54,7 @@ def replay_file(path, *, backend: str | None = None, recorded_backend: bool = Fa
     if dtype not in impl.dtypes(device):
         raise UsageError(f"the case was recorded in {dtype}, which {printable(impl.name)} does not "
                          f"claim on {printable(device)}")
-    run = harness.Impl(impl, device, dtype)
+    run = harness.Cell(impl, device, dtype)
     try:
         ref = judgeable_reference(run, case, meta["op"], meta["overrides"])
     except Unjudgeable as exc:

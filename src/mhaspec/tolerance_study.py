@@ -38,7 +38,7 @@ def measure(backends: list[str], cases: int, device: str = "cpu") -> dict:
         if unavailable is not None:
             raise SystemExit(f"{name}: {device} unavailable: {unavailable}")
         for dtype in backend.dtypes(device):
-            impl = harness.Impl(backend, device, dtype)
+            impl = harness.Cell(backend, device, dtype)
             for spec in specs:
                 case = impl.case(spec, "sdpa")
                 got = harness.run(impl, "sdpa", case)
