@@ -189,7 +189,7 @@ def error(exc: BaseException) -> dict:
 def serve(ref: str, fd_in: int, fd_out: int) -> int:
     """Load ``ref``, send its claims (or why it could not), answer requests until EOF."""
     try:
-        backend = usage.load_backend(ref)
+        backend = usage.checked_backend(ref)
         claims = read_claims(backend)
     except usage.UsageError as exc:  # one line naming the backend (and the install line)
         wire.send(fd_out, {"load_error": str(exc)[:4000]})

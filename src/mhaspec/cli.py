@@ -21,7 +21,7 @@ import pathlib
 import sys
 
 from mhaspec import __version__, certificate, coverage
-from mhaspec.usage import (ArgumentParser, UsageError, install_hint, load_backend, one_line,
+from mhaspec.usage import (ArgumentParser, UsageError, checked_backend, install_hint, one_line,
                            printable, read_bounded)
 
 #: ``mhaspec <command>`` -> (module whose ``main(argv) -> int`` runs it, one-line help). Imported
@@ -140,7 +140,7 @@ def cmd_backends(args) -> int:
     target_width = max((len(printable(t)) for _, t in rows), default=0)
     for name, target in rows:
         try:
-            backend = load_backend(name)
+            backend = checked_backend(name)
             offered = backend.devices()
             devices = {d: list(backend.dtypes(d)) for d, why in offered.items() if why is None}
             state = ("available " + "; ".join(f"{d}: {', '.join(t)}" for d, t in devices.items())

@@ -78,7 +78,7 @@ def _adapters(refs: list[str]) -> tuple[list, list[str]]:
     """The named backends, or every registered one that declares conventions and whose framework
     imports; and the names of the registered ones left out because their framework does not."""
     if refs:
-        return [usage.load_backend(ref) for ref in refs], []
+        return [usage.checked_backend(ref) for ref in refs], []
     found = loadable()
     loaded, skipped = [], list(found.failures)
     for name, backend in found.backends.items():

@@ -15,7 +15,7 @@ from mhaspec.spec import SPEC_VERSION
 
 
 def render(backend_ref: str = "numpy-batched", dtype: str = "float32") -> str:
-    backend = usage.load_backend(backend_ref)
+    backend = usage.checked_backend(backend_ref)
     if dtype not in backend.dtypes("cpu"):
         raise usage.UsageError(f"--dtype {dtype}: {usage.printable(backend.name)} does not claim "
                                f"it on cpu (it claims {', '.join(backend.dtypes('cpu'))})")

@@ -9,7 +9,7 @@ member sizes, ``.npy`` headers, shapes, dtypes) before any array is read; see
 
 from __future__ import annotations
 
-from mhaspec.usage import UsageError, load_backend, one_line, printable
+from mhaspec.usage import UsageError, checked_backend, one_line, printable
 
 
 def backend_ref(meta: dict, *, backend: str | None, recorded_backend: bool) -> str:
@@ -45,7 +45,7 @@ def replay_file(path, *, backend: str | None = None, recorded_backend: bool = Fa
     except failure_file.FailureFileError as exc:
         raise UsageError(printable(one_line(exc), limit=400)) from None
     ref = backend_ref(meta, backend=backend, recorded_backend=recorded_backend)
-    impl = load_backend(ref)
+    impl = checked_backend(ref)
     device, dtype = meta["device"], meta["dtype"]
     why = impl.devices().get(device, "not one of its devices")
     if why is not None:

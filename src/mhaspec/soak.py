@@ -318,7 +318,7 @@ def _record(summary: dict, rnd: _Round, remaining: list[str], target: int) -> No
 def main(argv: list[str] | None = None) -> int:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
     for ref in args.backend:
-        usage.load_backend(ref)  # a backend that cannot load is one line before anything runs
+        usage.checked_backend(ref)  # a backend that cannot load is one line before anything runs
     args.output_dir.mkdir(parents=True, exist_ok=True)
     if args.merge:
         summaries = [usage.read_json(path, "soak summary") for path in args.merge]

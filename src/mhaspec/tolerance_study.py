@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     default = [n for n in sorted(registered_backends()) if n.endswith("-batched")]
     for ref in args.backend or ():
-        usage.load_backend(ref)  # a backend that cannot load is one line before anything runs
+        usage.checked_backend(ref)  # a backend that cannot load is one line before anything runs
     points = measure(args.backend or default, args.cases, args.device)
     plot(points, args.out)
     for (name, dtype), pts in sorted(points.items()):

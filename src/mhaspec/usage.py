@@ -5,7 +5,7 @@
 * :class:`ArgumentParser`: argparse with one-line errors (``mhaspec: error: ...``, status 2)
   instead of the multi-line usage block.
 * :func:`printable`: a string from a file or a backend, safe to print on a terminal.
-* :func:`load_backend`: a backend for a command, every failure of its own code a usage error.
+* :func:`checked_backend`: a backend for a command, every failure of its own code a usage error.
 * :func:`writable_dir`, :func:`writable_file`: outputs checked before a long run starts.
 """
 
@@ -87,7 +87,7 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def load_backend(ref: str):
+def checked_backend(ref: str):
     """The backend ``ref`` names (registered name or ``module:attr``), with its framework version
     read once; any failure -- an import that raises, a constructor or ``framework_version()``
     that raises, a protocol member missing -- is a :class:`UsageError` naming the backend."""

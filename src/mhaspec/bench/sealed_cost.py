@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the sealed warm-up run (timings then include imports)")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args(argv)
-    inside = usage.load_backend(args.backend)
+    inside = usage.checked_backend(args.backend)
     try:
         own = sealed.open_sealed(args.backend, call_timeout=60.0)
     except sealed.SealedError as exc:
