@@ -94,3 +94,23 @@ def test_the_table_says_which_chapters_of_the_spec_ran_in_each_cell():
     assert row.endswith(f"| 2 of {len(chapters)} (not {', '.join(missing)}) |"), row
     merged = soak.merge([summary, summary])
     assert merged["by_backend_dtype"]["b/float64"]["chapters"] == ["MASK", "SHAPE"]
+
+
+def test_merge_of_soaks_run_one_after_another_adds_their_times_and_keeps_each_target():
+    def one(backend, target, per_test, examples, elapsed):
+        return {"command": ["x"], "backends": [backend], "profile": "certify", "shapes": "menu",
+                "target_examples": target, "examples_per_test": per_test, "rounds": [{"round": 1}],
+                "failures": [], "elapsed_s": elapsed,
+                "by_backend_dtype": {f"{backend}/float32": {
+                    "backend": backend, "dtype": "float32", "examples": examples, "calls": examples,
+                    "tests": 3, "failures": 0}}}
+    soaks = [one("a", 20_000, 200, 21_000, 100.0), one("j", 5_000, 50, 4_000, 30.0)]
+    merged = soak.merge(soaks, one_after_another=True)
+    assert merged["elapsed_s"] == 130.0 and merged["examples_per_test"] == [50, 200]
+    assert merged["target_examples"] == 20_000
+    assert [c["target"] for c in merged["by_backend_dtype"].values()] == [20_000, 5_000]
+    text = soak.markdown(merged)
+    assert "(130 s in 2 soaks one after another" in text and "50 to 200 examples per test" in text
+    assert "target 20,000 examples per backend x dtype (5,000 for j/float32)" in text
+    assert "1 backend x dtype cells stopped below the target" in text and "j/float32." in text
+    assert soak.merge(soaks)["elapsed_s"] == 100.0  # side by side: the longest

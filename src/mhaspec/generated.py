@@ -18,8 +18,9 @@ from mhaspec.spec import generated_marker as marker  # noqa: F401 - the generato
 REGENERATE = {
     "matrix.md": "nox -s matrix",
     "soak.md": "nox -s soak, then copy results/soak/summary.md to docs/generated/soak.md",
-    # the record of spec 1.1's soak, kept beside the current one
+    # the records of spec 1.1's and 1.2's soaks, kept beside the current one
     "soak-1.1.md": "nox -s soak",
+    "soak-1.2.md": "nox -s soak",
     "bench.md": "nox -s bench",
     "errors.md": "mhaspec errors-table > docs/generated/errors.md",
     "condition-coverage.md": ("python -m pytest --pyargs mhaspec.conformance --backend numpy-batched "

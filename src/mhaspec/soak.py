@@ -95,6 +95,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--merge", nargs="+", type=pathlib.Path, default=None, metavar="SUMMARY",
                    help="run nothing: merge the summary.json files of soaks run in parallel (one "
                         "per core or machine) into --output-dir (counts add up)")
+    p.add_argument("--one-after-another", action="store_true",
+                   help="with --merge: the soaks ran one after another, so their times add up "
+                        "(default: side by side, the longest is the soak's time)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the generator of per-round Hypothesis seeds (default: random)")
     return p.parse_args(argv), extra
@@ -208,27 +211,34 @@ def markdown(summary: dict) -> str:
     cells = sorted(summary["by_backend_dtype"].values(), key=lambda c: (c["backend"], c["dtype"]))
     total = sum(c["calls"] for c in cells)
     examples = sum(c.get("examples", 0) for c in cells)
-    target = summary.get("target_examples", summary.get("target_calls"))
+    target = _target(summary)
+    lower = {f"{c['target']:,} for {c['backend']}/{c['dtype']}" for c in cells
+             if c.get("target", target) < target}
     streams = summary.get("merged_from", 1)
+    how = " soaks one after another" if summary.get("one_after_another") else " processes side by side"
     started = f" of {summary['started']}" if summary.get("started") else ""
     jobs = summary.get("jobs", 1)
+    per_test = summary.get("examples_per_test", 100)
+    per_test = f"{min(per_test)} to {max(per_test)}" if isinstance(per_test, list) else per_test
     version = summary.get("spec_version")
     lines = ([generated.marker(version)] if version else []) + [
              f"Soak{started} ({summary['elapsed_s']:.0f} s"
-             + (f" in {streams} processes side by side" if streams > 1 else "")
+             + (f" in {streams}{how}" if streams > 1 else "")
              + (f", {jobs} rounds at a time" if jobs > 1 else "") + ", "
-             f"{len(summary['rounds'])} rounds, {summary.get('examples_per_test', 100)} "
+             f"{len(summary['rounds'])} rounds, {per_test} "
              f"examples per test in a backend's first round and later ones sized to reach the "
              f"target, profile {summary['profile']}, shapes "
              f"{summary.get('shapes', 'free')}, target {target:,} examples per "
-             f"backend x dtype): **{examples:,} Hypothesis examples, {total:,} backend calls, "
+             f"backend x dtype" + (f" ({', '.join(sorted(lower))})" if lower else "") + "): "
+             f"**{examples:,} Hypothesis examples, {total:,} backend calls, "
              f"{len(summary['failures'])} failures**.",
              ""]
     chapters = summary.get("chapters")
     if chapters:
         lines += [f"Chapters of spec {version} with a testable clause: {len(chapters)} "
                   f"({', '.join(chapters)}). *Chapters run*: those with a test that ran in the "
-                  f"cell (a chapter whose capability the backend does not claim runs none).", ""]
+                  f"cell (a chapter whose capability the backend does not claim, or whose tests are "
+                  f"all marked for other dtypes, runs none there).", ""]
     lines += ["| backend | dtype | Hypothesis examples | backend calls | tests run | failures |"
               + (" chapters run |" if chapters else ""),
               "|---|---|---:|---:|---:|---:|" + ("---|" if chapters else "")]
@@ -236,7 +246,7 @@ def markdown(summary: dict) -> str:
               f"{c['tests']:,} | {c['failures']} |"
               + (f" {_chapters_run(c.get('chapters', []), chapters)} |" if chapters else "")
               for c in cells]
-    short = [c for c in cells if c.get("examples", 0) < target]
+    short = [c for c in cells if c.get("examples", 0) < c.get("target", target)]
     if short:
         lines += ["", f"{len(short)} backend x dtype cells stopped below the target when the time "
                       "budget ran out: " + ", ".join(f"{c['backend']}/{c['dtype']}" for c in short)
@@ -252,6 +262,11 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _target(summary: dict) -> int:
+    """The examples per backend x dtype a soak aimed at (older summaries counted calls)."""
+    return summary.get("target_examples", summary.get("target_calls"))
+
+
 def _chapters_run(ran: list[str], chapters: list[str]) -> str:
     """``"17 of 17"``, or with the chapters that did not run: ``"15 of 17 (not SOFTCAP, LSE)"``."""
     missing = [ch for ch in chapters if ch not in ran]
@@ -259,23 +274,30 @@ def _chapters_run(ran: list[str], chapters: list[str]) -> str:
     return f"{said} (not {', '.join(missing)})" if missing else said
 
 
-def merge(summaries: list[dict]) -> dict:
-    """One summary from soaks run side by side: examples, calls, tests and failures add up per cell; the
-    elapsed time is the longest (they ran at the same time)."""
+def merge(summaries: list[dict], *, one_after_another: bool = False) -> dict:
+    """One summary from several soaks: examples, calls, tests and failures add up per cell, and each
+    cell keeps the largest target of the soaks that ran it. The elapsed time is the longest when
+    they ran side by side, the sum when ``one_after_another``."""
+    times = [s.get("elapsed_s", 0.0) for s in summaries]
+    per_test = sorted({s.get("examples_per_test", 100) for s in summaries})
     out = {**summaries[0], "merged_from": len(summaries), "rounds": [], "failures": [],
            "by_backend_dtype": {}, "command": [s["command"] for s in summaries],
            "backends": sorted({b for s in summaries for b in
                                (s["backends"] if isinstance(s["backends"], list) else [s["backends"]])}),
-           "elapsed_s": max(s.get("elapsed_s", 0.0) for s in summaries)}
+           "elapsed_s": sum(times) if one_after_another else max(times),
+           "one_after_another": one_after_another,
+           "examples_per_test": per_test[0] if len(per_test) == 1 else per_test,
+           "target_examples": max(_target(s) for s in summaries)}
     out["errors"] = [e for s in summaries for e in s.get("errors", [])]
     for s in summaries:
         out["rounds"] += s["rounds"]
         out["failures"] += s["failures"]
         for key, c in s["by_backend_dtype"].items():
             cell = out["by_backend_dtype"].setdefault(
-                key, {**c, "examples": 0, "calls": 0, "tests": 0, "failures": 0})
+                key, {**c, "examples": 0, "calls": 0, "tests": 0, "failures": 0, "target": 0})
             for field in ("examples", "calls", "tests", "failures"):
                 cell[field] += c.get(field, 0)
+            cell["target"] = max(cell["target"], c.get("target", _target(s)))
             if "chapters" in c:
                 cell["chapters"] = sorted({*cell.get("chapters", ()), *c["chapters"]})
     return out
@@ -323,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         summaries = [usage.read_json(path, "soak summary") for path in args.merge]
         try:
-            summary = merge(summaries)
+            summary = merge(summaries, one_after_another=args.one_after_another)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise usage.UsageError(f"--merge: not soak summaries (summary.json of mhaspec soak): "
                                    f"{type(exc).__name__}: {usage.one_line(exc)}") from None
