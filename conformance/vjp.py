@@ -84,11 +84,13 @@ def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
 
 
 def oracle_grads(case, precision: str, *, d_lse: bool = False, bias_grad: bool = False,
-                 sinks=None, left_out=None) -> dict[str, np.ndarray]:
-    """The oracle's gradients (those the call has) by the backend's key names."""
+                 sinks=None, left_out=None, info: dict | None = None) -> dict[str, np.ndarray]:
+    """The oracle's gradients (those the call has) by the backend's key names; ``info`` as
+    :func:`oracle_vjp.attention_vjp` fills it."""
     d_out, dl = cotangents(case, d_lse, left_out)
     res = oracle_vjp.attention_vjp(case.q, case.k, case.v, d_out, d_lse=dl, sinks=sinks,
-                                   bias_grad=bias_grad, precision=precision, **kwargs_of(case))
+                                   bias_grad=bias_grad, precision=precision, info=info,
+                                   **kwargs_of(case))
     return {NAMES[f]: g for f, g in res._asdict().items() if g is not None}
 
 
@@ -128,15 +130,17 @@ def judge_gradients(impl, clause: str, got: Mapping[str, np.ndarray],
 def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad: bool = False,
                      sinks=None) -> dict[str, np.ndarray]:
     """Run ``attention_vjp`` on ``case`` and judge every gradient against the oracle (GRAD-1's
-    rule), the rows :func:`rows_left_to_mask9` gives without a cotangent; returns the backend's
-    gradients."""
+    rule, with GRAD-5's path through a soft-cap's derivative), the rows :func:`rows_left_to_mask9`
+    gives without a cotangent; returns the backend's gradients."""
     opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks,
                 left_out=rows_left_to_mask9(impl, case))
     got = run(impl, case, **opts)
-    want = oracle_grads(case, "float64", **opts)
+    info: dict = {}
+    want = oracle_grads(case, "float64", info=info, **opts)
     naive = oracle_grads(case, "float32", **opts)
     largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
-    judge_gradients(impl, clause, got, want, naive, largest * condition(case, sinks),
+    scale = max(largest * condition(case, sinks), info.get("cap_path", 0.0))  # GRAD-1, GRAD-5
+    judge_gradients(impl, clause, got, want, naive, scale,
                     harness.reproducer(impl, "sdpa", case.spec))
     return got
 

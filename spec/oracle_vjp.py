@@ -190,13 +190,16 @@ def _split_cache(d_all: np.ndarray, past_lengths, l_past: int, l_k: int):
 
 
 def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool = False,
-                  precision: str = "float64", **kwargs) -> AttentionVJP:
+                  precision: str = "float64", info: dict | None = None, **kwargs) -> AttentionVJP:
     """Gradients of ``sum(d_output * output) + sum(d_lse * lse)`` of :func:`attention_with_sinks`.
 
     q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), d_output (B, h, L_q, d_v), d_lse
     (B, h, L_q) or None (zero), sinks (h,) or None -> :class:`AttentionVJP`. ``bias_grad`` asks for
     the gradient of ``kwargs["bias"]``. ``kwargs`` are those of :func:`oracle.attention_result`;
     every one of them but ``bias`` is a constant. ``precision`` is "float64" or "float32".
+    With soft-capping, a dict ``info`` receives ``"cap_path"``: the largest entry of
+    s |dS| |K| and s |dS|^T |Q| (the latter summed over each group), the size of what passes through
+    the factor 1 - tanh^2, whose own rounding error is absolute (GRAD-5).
     """
     problem, sinks = _problem(q, k, v, sinks, precision, kwargs)
     dt = _DTYPES[precision]
@@ -209,6 +212,7 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
     dk_all, dv_all = np.zeros_like(problem.k), np.zeros_like(problem.v)
     d_sinks = None if sinks is None else np.zeros_like(sinks)
     d_scores = np.zeros(problem.allowed.shape, dtype=dt) if bias_grad else None
+    cap_q, cap_k = np.zeros_like(problem.q), np.zeros_like(problem.k)  # s |dS| |K|, s |dS|^T |Q|
     for bi, hi, kv, state in _heads(problem, sinks):
         d_o = d_out[bi, hi]
         dv_all[bi, kv] += state.probs.T @ d_o
@@ -222,8 +226,13 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
         if d_scores is not None:
             d_scores[bi, hi] = d_s
         d_x = d_s if state.tanh is None else d_s * (1 - state.tanh ** 2)
+        if state.tanh is not None and info is not None:
+            cap_q[bi, hi] = (np.abs(d_s) @ np.abs(problem.k[bi, kv])) * dt(problem.scale)
+            cap_k[bi, kv] += (np.abs(d_s).T @ np.abs(problem.q[bi, hi])) * dt(problem.scale)
         dq[bi, hi] = (d_x @ problem.k[bi, kv]) * dt(problem.scale)
         dk_all[bi, kv] += (d_x.T @ problem.q[bi, hi]) * dt(problem.scale)
+    if problem.softcap is not None and info is not None:
+        info["cap_path"] = float(max(np.max(cap_q, initial=0.0), np.max(cap_k, initial=0.0)))
     d_bias = None if d_scores is None else _sum_to_shape(d_scores, np.shape(kwargs["bias"]))
     if problem.past_lengths is None:
         return AttentionVJP(dq, dk_all, dv_all, d_sinks, d_bias, None, None)

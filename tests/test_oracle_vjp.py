@@ -270,6 +270,23 @@ def test_grouped_gradients_are_sums_over_the_group():
     np.testing.assert_allclose(grouped.d_sinks, repeated.d_sinks, rtol=0, atol=1e-14)
 
 
+def test_the_path_through_the_cap_bounds_the_gradients_it_carries():
+    """GRAD-5's cap_path, s max(|dS| |K|, |dS|^T |Q|), bounds |dq| and |dk| (1 - tanh^2 <= 1): close
+    to them on unsaturated logits, positive where saturation makes them 0; only with a soft-cap."""
+    arrays = _qkv(8, h=4, g=2)
+    d_out = np.random.default_rng(9).standard_normal((2, 4, 3, 2))
+    for spread, cap in ((1.0, 50.0), (100.0, 0.05)):
+        info: dict = {}
+        res = attention_vjp(arrays["q"] * spread, arrays["k"], arrays["v"], d_out, softcap=cap,
+                            info=info)
+        largest = max(np.abs(res.dq).max(), np.abs(res.dk).max())
+        assert largest <= info["cap_path"] < 2 * largest or (largest == 0 < info["cap_path"])
+        assert (largest == 0) == (cap == 0.05), (cap, info, largest)
+    info = {}
+    attention_vjp(arrays["q"], arrays["k"], arrays["v"], d_out, info=info)
+    assert info == {}
+
+
 def test_lse_cotangent_adds_dlse_times_p():
     """dS += dlse * P: with dO = 0 the gradients are those of sum(dlse * lse) alone, and the two
     cotangents add."""

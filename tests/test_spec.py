@@ -151,7 +151,7 @@ def test_the_decisions_frameworks_disagree_on_are_clauses():
 FROZEN = {"1.0": "ec86283ee2ebe6f4721524c5798fcfc4a6b315ce11892a26d602ac45fa2ac33a",
           "1.1": "a34fda1483db99abfd192b2d1d3975f94527738bde3bd1266bfb4007174820fd",
           "1.2": "5fd7ac07e782a6451774424771c136b50fd4c8b525087f5e69a6d93b3eab55d4",
-          "1.3": "6db0e0bd1f1ff95262d73d344673b484bd35eb46b18e5a332d33cf3d2286708b"}
+          "1.3": "18d1048c610e86a625017b23c5b20bb8757f6e1772c781ed9ce89c905585eed2"}
 
 
 @pytest.mark.parametrize("version", sorted(FROZEN))
