@@ -41,14 +41,14 @@ def cotangents(case, d_lse: bool = False,
     return d_out, dl
 
 
-def rows_left_to_mask9(impl, case) -> np.ndarray | None:
-    """The query rows without an allowed key (B, h, L_q) that the cell leaves to MASK-9's verdict
-    (:func:`harness.rows_left_to_mask9`: it declares a deviation there), else None. Their
-    cotangents are 0: what the op computes on them (the mean of V, say) is the declared
-    deviation, and the other rows' gradients are judged without their contribution; a NaN
-    there still reaches every gradient through the shared keys."""
-    allowed = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case)).allowed
-    return harness.rows_left_to_mask9(impl, "sdpa", harness.Result(None, allowed.astype(float)))
+def rows_left_to_mask9(impl, problem: oracle.AttentionProblem) -> np.ndarray | None:
+    """The query rows without an allowed key (B, h, L_q) of the case's checked ``problem`` that
+    the cell leaves to MASK-9's verdict (:func:`harness.rows_left_to_mask9`: it declares a
+    deviation there), else None. Their cotangents are 0: what the op computes on them (the mean of
+    V, say) is the declared deviation, and the other rows' gradients are judged without their
+    contribution; a NaN there still reaches every gradient through the shared keys."""
+    return harness.rows_left_to_mask9(impl, "sdpa",
+                                      harness.Result(None, problem.allowed.astype(float)))
 
 
 def sinks_of(case, scale: float) -> np.ndarray:
@@ -94,10 +94,9 @@ def oracle_grads(case, precision: str, *, d_lse: bool = False, bias_grad: bool =
     return {NAMES[f]: g for f, g in res._asdict().items() if g is not None}
 
 
-def condition(case, sinks=None) -> float:
-    """GRAD-1's condition factor: max(1, max |S|) over the allowed final logits of every head
-    (and the sinks, which are logits too)."""
-    p = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
+def condition(p: oracle.AttentionProblem, sinks=None) -> float:
+    """GRAD-1's condition factor of a case's checked problem ``p``: max(1, max |S|) over the
+    allowed final logits of every head (and the sinks, which are logits too)."""
     group = p.q.shape[1] // p.k.shape[1]
     x = np.einsum("bhqd,bhkd->bhqk", p.q, np.repeat(p.k, group, axis=1)) * p.scale
     logits = x if p.softcap is None else p.softcap * np.tanh(x / p.softcap)
@@ -132,14 +131,15 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     """Run ``attention_vjp`` on ``case`` and judge every gradient against the oracle (GRAD-1's
     rule, with GRAD-5's path through a soft-cap's derivative), the rows :func:`rows_left_to_mask9`
     gives without a cotangent; returns the backend's gradients."""
+    problem = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
     opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks,
-                left_out=rows_left_to_mask9(impl, case))
+                left_out=rows_left_to_mask9(impl, problem))
     got = run(impl, case, **opts)
     info: dict = {}
     want = oracle_grads(case, "float64", info=info, **opts)
     naive = oracle_grads(case, "float32", **opts)
     largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
-    scale = max(largest * condition(case, sinks), info.get("cap_path", 0.0))  # GRAD-1, GRAD-5
+    scale = max(largest * condition(problem, sinks), info.get("cap_path", 0.0))  # GRAD-1, GRAD-5
     judge_gradients(impl, clause, got, want, naive, scale,
                     harness.reproducer(impl, "sdpa", case.spec))
     return got
