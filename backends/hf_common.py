@@ -3,6 +3,8 @@ make alike (:mod:`.hf_native`'s BERT self-attention, :mod:`.hf_decoder`'s decode
 
 An adapter names its attention ``implementation`` ("eager" or "sdpa"), the op for the certificate,
 and what it claims, deviates from and translates; :class:`TransformersAdapter` stores them once.
+:func:`decoder_attention_mask` builds the ``attention_mask`` a decoder attention function
+receives (:mod:`.hf_decoder`, :mod:`.hf_gpt_oss`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from .optional import require
 
 require("transformers", extra="hf")
 
-from .adapters import TorchAdapter  # noqa: E402
+from . import masks as mask_forms  # noqa: E402
+from .adapters import MaskArgs, TorchAdapter  # noqa: E402
+from .optional import torch_module  # noqa: E402
 
 #: MASK-9 and MASK-11 of an ``eager`` function: blocked keys get ``finfo(dtype).min``
 EAGER_DEVIATIONS = {
@@ -56,3 +60,28 @@ class TransformersAdapter(TorchAdapter):
 
     def dtypes(self, device: str) -> tuple[str, ...]:
         return self._dtypes or super().dtypes(device)
+
+
+def decoder_attention_mask(adapter: TransformersAdapter, len_q: int, len_k: int, like,
+                           m: MaskArgs):
+    """The ``attention_mask`` (B|1, h|1, L_q, L_k) of a decoder attention function, or None.
+
+    ``eager``: added to the logits; as Transformers builds it (``masking_utils``), 0 where a key may
+    be attended and ``finfo(dtype).min`` elsewhere, from the AND of ``mask``, ``key_padding_mask``
+    and causal, plus ``bias``, ``legacy_mask * -1e9`` and the ALiBi bias (without the "mask-form"
+    translation: the boolean as it is, which the function adds as 0 / 1). ``sdpa``: the boolean
+    (True = may attend, as Transformers passes it), or ``where(allowed, additive, -inf)``."""
+    allowed = mask_forms.allowed_mask(len_q, len_k, like=like, mask=m.mask,
+                                      key_padding_mask=m.key_padding_mask, causal=m.causal)
+    additive = mask_forms.additive_mask(like=like, bias=m.bias, legacy_mask=m.legacy_mask)
+    if m.alibi is not None:
+        additive = m.alibi if additive is None else additive + m.alibi
+    if allowed is None:
+        return additive
+    if adapter.implementation == "sdpa":
+        return allowed if additive is None else mask_forms.fill_blocked(allowed, like=like,
+                                                                        additive=additive)
+    if not adapter.translates("mask-form"):
+        return allowed  # the spec's boolean as it is: added as 0 / 1 (what the op does)
+    blocked = mask_forms.fill_blocked(allowed, like=like, fill=torch_module().finfo(like.dtype).min)
+    return blocked if additive is None else additive + blocked

@@ -48,12 +48,11 @@ from .optional import require
 
 require("transformers", extra="hf")
 
-from . import masks as mask_forms  # noqa: E402
 from ._base import AttentionOutputs  # noqa: E402
 from .adapters import MaskArgs  # noqa: E402
 from .cache_layout import LibraryCache  # noqa: E402
 from .hf_common import (EAGER_DEVIATIONS, MASK_13, MASK_FORM, SDPA_NUM_6,  # noqa: E402
-                        TransformersAdapter)
+                        TransformersAdapter, decoder_attention_mask)
 from .optional import torch_module  # noqa: E402
 
 
@@ -88,25 +87,9 @@ class HFDecoderAttention(LibraryCache, TransformersAdapter):
         super().__init__(name, implementation,
                          native_op=f"transformers {function} with a DynamicCache", **claims)
 
-    def _attention_mask(self, len_q: int, len_k: int, like, m: MaskArgs):
-        """``attention_mask`` as Transformers builds it (0 / finfo.min, plus bias), or None."""
-        allowed = mask_forms.allowed_mask(len_q, len_k, like=like, mask=m.mask,
-                                          key_padding_mask=m.key_padding_mask, causal=m.causal)
-        additive = mask_forms.additive_mask(like=like, bias=m.bias, legacy_mask=m.legacy_mask)
-        if m.alibi is not None:
-            additive = m.alibi if additive is None else additive + m.alibi
-        if allowed is None:
-            return additive
-        if self.implementation == "sdpa":
-            return allowed if additive is None else mask_forms.fill_blocked(allowed, like=like,
-                                                                            additive=additive)
-        if not self.translates("mask-form"):
-            return allowed  # the spec's boolean as it is: added as 0 / 1 (what the op does)
-        blocked = mask_forms.fill_blocked(allowed, like=like, fill=torch_module().finfo(like.dtype).min)
-        return blocked if additive is None else additive + blocked
-
     def attention(self, q, k, v, m: MaskArgs):
-        return self._function(q, k, v, m, self._attention_mask(q.shape[2], k.shape[2], q, m))
+        mask = decoder_attention_mask(self, q.shape[2], k.shape[2], q, m)
+        return self._function(q, k, v, m, mask)
 
     def _function(self, q, k, v, m: MaskArgs, attention_mask):
         """The attention function -> (output (B, h, L_q, d_v), weights or None)."""
@@ -127,7 +110,7 @@ class HFDecoderAttention(LibraryCache, TransformersAdapter):
         cache = dynamic_cache()
         cache.update(past_key, past_value, 0)
         keys, values = cache.update(k, v, 0)
-        attention_mask = self._attention_mask(q.shape[2], keys.shape[2], q, m)
+        attention_mask = decoder_attention_mask(self, q.shape[2], keys.shape[2], q, m)
         if index is not None:
             blocked = (False if attention_mask.dtype == torch_module().bool else
                        torch_module().finfo(q.dtype).min if self.implementation == "eager" else -math.inf)

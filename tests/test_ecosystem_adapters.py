@@ -177,6 +177,7 @@ def test_flax_fully_masked_row_is_the_mean_of_v():
     ("mhaspec.backends.flax_native", "flax", "flax-mha"),
     ("mhaspec.backends.hf_native", "transformers", "hf-bert-eager"),
     ("mhaspec.backends.hf_decoder", "transformers", "hf-gemma2-eager"),
+    ("mhaspec.backends.hf_gpt_oss", "transformers", "hf-gptoss-eager"),
 ])
 def test_a_missing_package_makes_the_adapter_unavailable(monkeypatch, module, package, name):
     """Without its package the adapter does not load, and says which package and extra."""
