@@ -113,9 +113,9 @@ EAGER = GptOssAttention(
     deviations={
         **EAGER_DEVIATIONS,
         "MASK-13": MASK_13.format(fill="finfo(dtype).min"),
-        "GRAD-7": "without sinks (a -inf sink), a row that a -inf bias empties is NaN (MASK-11), and "
-                  "its backward makes that row's dq and the dk and dv of every key of its batch "
-                  "item and head NaN, with a zero cotangent on the row too; with a finite sink the "
-                  "row is 0 and its gradients exact zeros",
+        "GRAD-7": "without sinks (a -inf sink), a row that a -inf bias empties is NaN (MASK-11), "
+                  "and its backward makes that row's dq and the dk and dv of every key of its "
+                  "batch item and head NaN, with a zero cotangent on the row too; with a finite "
+                  "sink the row is 0 and its gradients exact zeros",
     },
     conventions=MASK_FORM)
