@@ -69,6 +69,13 @@ _PRECISIONS: dict[str, tuple[type, Callable[[np.ndarray], np.ndarray]]] = {
 }
 
 
+def rounding(precision: str) -> tuple[type, Callable[[np.ndarray], np.ndarray]]:
+    """The working precision ``precision`` (module docstring) as (dtype to compute in, rounding
+    applied after every step): the identity for float64 and float32, float16's or bfloat16's
+    rounding (held in float32) for those. Raises KeyError for an unknown precision."""
+    return _PRECISIONS[precision]
+
+
 class _Arith:
     """The working precision: ``dtype`` to compute in, ``rnd`` applied after every step.
 
@@ -79,7 +86,7 @@ class _Arith:
     """
 
     def __init__(self, precision: str):
-        self.dtype, self.rnd = _PRECISIONS[precision]
+        self.dtype, self.rnd = rounding(precision)
         self.sequential = precision == "float32-sequential"
 
     def cast(self, x):
