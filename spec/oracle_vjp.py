@@ -164,6 +164,7 @@ def attention_with_sinks(q, k, v, *, sinks=None, precision: str = "float64",
     q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> :class:`oracle.AttentionResult`
     (output, weights without the sink column, lse with the sink, present cache). ``kwargs`` are
     those of :func:`oracle.attention_result` (masks, scale and every spec 1.2 feature).
+    ``precision``: one of :data:`FORWARD_PRECISIONS` (float16 and bfloat16: NUM-3's naive steps).
     """
     problem, sinks, rnd = _problem(q, k, v, sinks, precision, kwargs)
     b, h, l_q, _ = problem.q.shape
