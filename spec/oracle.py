@@ -69,6 +69,13 @@ _PRECISIONS: dict[str, tuple[type, Callable[[np.ndarray], np.ndarray]]] = {
 }
 
 
+def rounding(precision: str) -> tuple[type, Callable[[np.ndarray], np.ndarray]]:
+    """The working precision ``precision`` (module docstring) as (dtype to compute in, rounding
+    applied after every step): the identity for float64 and float32, float16's or bfloat16's
+    rounding (held in float32) for those. Raises KeyError for an unknown precision."""
+    return _PRECISIONS[precision]
+
+
 class _Arith:
     """The working precision: ``dtype`` to compute in, ``rnd`` applied after every step.
 
@@ -79,7 +86,7 @@ class _Arith:
     """
 
     def __init__(self, precision: str):
-        self.dtype, self.rnd = _PRECISIONS[precision]
+        self.dtype, self.rnd = rounding(precision)
         self.sequential = precision == "float32-sequential"
 
     def cast(self, x):
@@ -178,7 +185,8 @@ def _one_head(q, k, v, allowed, additive, scale, ar: _Arith):
 
 def logit_condition(weights: np.ndarray, logits: np.ndarray) -> float:
     """max over rows of sum_j P_ij |S_ij| (finite logits): NUM-3's softmax condition kappa - 1."""
-    terms = np.where(np.isfinite(logits) & (weights != 0), np.abs(weights * logits), 0.0)
+    counted = np.isfinite(logits) & (weights != 0)  # never 0 * -inf at a masked logit
+    terms = np.abs(np.where(counted, weights, 0.0) * np.where(counted, logits, 0.0))
     return float(np.max(np.sum(terms, axis=-1), initial=0.0))
 
 
@@ -718,9 +726,8 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
                 q[bi, hi], k_all[bi, kv], v_all[bi, kv], allowed[bi, hi],
                 [t[bi, hi] for t in additive], scale, softcap, ar)
             if info is not None:
-                with np.errstate(invalid="ignore"):  # 0 * -inf at masked logits, discarded
-                    condition = logit_condition(weights[bi, hi], logits)
-                info["logit_condition"] = max(info.get("logit_condition", 0.0), condition)
+                info["logit_condition"] = max(info.get("logit_condition", 0.0),
+                                              logit_condition(weights[bi, hi], logits))
     if past_lengths is None:
         return AttentionResult(out, weights, lse, None, None, None)
     return AttentionResult(out, weights, lse, k_all, v_all, past_lengths + np.shape(k)[2])

@@ -39,7 +39,9 @@ or past ``past_lengths`` get exact zeros).
 Like :mod:`mhaspec.spec.oracle` this module shares no code with any backend; it takes the checked
 call (allowed set, additive terms, present cache) from :func:`oracle.attention_problem` and loops
 over batch items and heads. ``precision="float32"`` runs the same steps in float32 (the error of
-the naive backward in that dtype, as GRAD-1 measures it).
+the naive backward in that dtype, as GRAD-1 measures it); the forward pass also runs in
+``"float16"`` and ``"bfloat16"``, float32 arithmetic rounded to the dtype after every step as in
+:mod:`mhaspec.spec.oracle` (the naive algorithm of NUM-3 in those dtypes, SINK-1).
 """
 
 from __future__ import annotations
@@ -50,7 +52,10 @@ import numpy as np
 
 from . import oracle
 
-_DTYPES = {"float64": np.float64, "float32": np.float32}
+#: the precisions of :func:`attention_with_sinks` and of :func:`attention_vjp` (GRAD-1's rule is
+#: stated for float64 and float32 only)
+FORWARD_PRECISIONS = ("float64", "float32", "float16", "bfloat16")
+GRADIENT_PRECISIONS = ("float64", "float32")
 
 
 class _HeadState(NamedTuple):
@@ -94,15 +99,16 @@ def _check_array(x, argument: str, shape: tuple[int, ...], dt) -> np.ndarray:
     return arr.astype(dt)
 
 
-def _head_forward(q, k, v, allowed, additive, scale, softcap, sink) -> _HeadState:
+def _head_forward(q, k, v, allowed, additive, scale, softcap, sink, rnd) -> _HeadState:
     """One head: q (L_q, d_k), k (L_K, d_k), v (L_K, d_v), allowed (L_q, L_K) bool, additive terms
-    (L_q, L_K), sink a logit or None -> :class:`_HeadState`. A key whose logit is -inf is not
-    allowed; a row with nothing allowed and no sink has probabilities 0 and lse -inf."""
-    x = (q @ k.T) * scale
-    tanh = None if softcap is None else np.tanh(x / softcap)
-    logits = x if softcap is None else softcap * tanh
+    (L_q, L_K), sink a logit or None, ``rnd`` the rounding after every step (the identity in
+    float64 and float32) -> :class:`_HeadState`. A key whose logit is -inf is not allowed; a row
+    with nothing allowed and no sink has probabilities 0 and lse -inf."""
+    x = rnd(rnd(q @ k.T) * scale)
+    tanh = None if softcap is None else rnd(np.tanh(rnd(x / softcap)))
+    logits = x if softcap is None else rnd(softcap * tanh)
     for term in additive:
-        logits = logits + term
+        logits = rnd(logits + term)
     live = allowed & (logits != -np.inf)
     probs = np.zeros_like(logits)
     sink_probs = np.zeros(logits.shape[0], dtype=logits.dtype)
@@ -114,29 +120,32 @@ def _head_forward(q, k, v, allowed, additive, scale, softcap, sink) -> _HeadStat
         if terms.size == 0:
             continue
         m = np.max(terms)
-        e = np.exp(terms - m)
-        total = np.sum(e)
-        lse[i] = m + np.log(total)
+        e = rnd(np.exp(rnd(terms - m)))
+        total = rnd(np.sum(e))
+        lse[i] = rnd(m + rnd(np.log(total)))
         if sink is not None:
-            sink_probs[i] = e[-1] / total
+            sink_probs[i] = rnd(e[-1] / total)
             e = e[:-1]
-        probs[i, live[i]] = e / total
-    return _HeadState(x, tanh, probs, sink_probs, lse, probs @ v)
+        probs[i, live[i]] = rnd(e / total)
+    return _HeadState(x, tanh, probs, sink_probs, lse, rnd(probs @ v))
 
 
-def _problem(q, k, v, sinks, precision, kwargs):
-    """The checked call (:class:`oracle.AttentionProblem`) and the sinks (h,) or None."""
-    if precision not in _DTYPES:
-        raise ValueError(f"precision: must be one of {sorted(_DTYPES)}, got {precision!r}")
+def _problem(q, k, v, sinks, precision, kwargs, precisions=FORWARD_PRECISIONS):
+    """The checked call (:class:`oracle.AttentionProblem`) and the sinks (h,) or None, in
+    ``precision`` (one of ``precisions``), and the rounding of that precision."""
+    if precision not in precisions:
+        raise ValueError(f"precision: must be one of {list(precisions)}, got {precision!r}")
+    dt, rnd = oracle.rounding(precision)
     problem = oracle.attention_problem(q, k, v, precision=precision, **kwargs)
     h = problem.q.shape[1]
     if sinks is not None:
-        sinks = _check_array(sinks, "sinks", (h,), _DTYPES[precision])
-    return problem, sinks
+        sinks = rnd(_check_array(sinks, "sinks", (h,), dt))
+    return problem, sinks, rnd
 
 
-def _heads(problem: oracle.AttentionProblem, sinks):
-    """Yield (bi, hi, kv, _HeadState) for every batch item and query head of ``problem``."""
+def _heads(problem: oracle.AttentionProblem, sinks, rnd):
+    """Yield (bi, hi, kv, _HeadState) for every batch item and query head of ``problem``, each
+    step rounded by ``rnd``."""
     b, h = problem.q.shape[:2]
     group = h // problem.k.shape[1]
     for bi in range(b):
@@ -145,7 +154,7 @@ def _heads(problem: oracle.AttentionProblem, sinks):
             yield bi, hi, kv, _head_forward(
                 problem.q[bi, hi], problem.k[bi, kv], problem.v[bi, kv], problem.allowed[bi, hi],
                 [t[bi, hi] for t in problem.additive], problem.scale, problem.softcap,
-                None if sinks is None else sinks[hi])
+                None if sinks is None else sinks[hi], rnd)
 
 
 def attention_with_sinks(q, k, v, *, sinks=None, precision: str = "float64",
@@ -155,13 +164,14 @@ def attention_with_sinks(q, k, v, *, sinks=None, precision: str = "float64",
     q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> :class:`oracle.AttentionResult`
     (output, weights without the sink column, lse with the sink, present cache). ``kwargs`` are
     those of :func:`oracle.attention_result` (masks, scale and every spec 1.2 feature).
+    ``precision``: one of :data:`FORWARD_PRECISIONS` (float16 and bfloat16: NUM-3's naive steps).
     """
-    problem, sinks = _problem(q, k, v, sinks, precision, kwargs)
+    problem, sinks, rnd = _problem(q, k, v, sinks, precision, kwargs)
     b, h, l_q, _ = problem.q.shape
     out = np.zeros((b, h, l_q, problem.v.shape[3]), dtype=problem.q.dtype)
     weights = np.zeros(problem.allowed.shape, dtype=problem.q.dtype)
     lse = np.zeros((b, h, l_q), dtype=problem.q.dtype)
-    for bi, hi, _, state in _heads(problem, sinks):
+    for bi, hi, _, state in _heads(problem, sinks, rnd):
         out[bi, hi], weights[bi, hi], lse[bi, hi] = state.output, state.probs, state.lse
     if problem.past_lengths is None:
         return oracle.AttentionResult(out, weights, lse, None, None, None)
@@ -201,8 +211,8 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
     s |dS| |K| and s |dS|^T |Q| (the latter summed over each group), the size of what passes through
     the factor 1 - tanh^2, whose own rounding error is absolute (GRAD-5).
     """
-    problem, sinks = _problem(q, k, v, sinks, precision, kwargs)
-    dt = _DTYPES[precision]
+    problem, sinks, rnd = _problem(q, k, v, sinks, precision, kwargs, GRADIENT_PRECISIONS)
+    dt = problem.q.dtype.type
     b, h, l_q, _ = problem.q.shape
     d_out = _check_array(d_output, "d_output", (b, h, l_q, problem.v.shape[3]), dt)
     d_lse = None if d_lse is None else _check_array(d_lse, "d_lse", (b, h, l_q), dt)
@@ -213,7 +223,7 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
     d_sinks = None if sinks is None else np.zeros_like(sinks)
     d_scores = np.zeros(problem.allowed.shape, dtype=dt) if bias_grad else None
     cap_q, cap_k = np.zeros_like(problem.q), np.zeros_like(problem.k)  # s |dS| |K|, s |dS|^T |Q|
-    for bi, hi, kv, state in _heads(problem, sinks):
+    for bi, hi, kv, state in _heads(problem, sinks, rnd):
         d_o = d_out[bi, hi]
         dv_all[bi, kv] += state.probs.T @ d_o
         d_p = d_o @ problem.v[bi, kv].T

@@ -119,3 +119,22 @@ def test_multi_head_attention_equals_the_textbook_loops(precision):
         got_out, got_w = oracle.multi_head_attention(x, y, y, p, num_heads=h, precision=precision)
         assert_same_bits(got_out, want)
         assert_same_bits(got_w, np.stack(weights, axis=1))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_row_of_minus_inf_bias_computes_no_invalid_value(precision):
+    """A row whose every logit is -inf empties by its bias (MASK-9): output and weights 0, and
+    NUM-3's softmax condition is that of the other rows (no 0 * -inf is evaluated, so no
+    RuntimeWarning), in the 1.1 path and the path of spec 1.2's features alike."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, n, 4)) * 3 for n in (3, 5, 5))
+    bias = rng.standard_normal((1, 2, 3, 5))
+    bias[0, 0, 1] = -np.inf
+    others = [0, 2]
+    for attend in (oracle.attention, oracle.attention_result):
+        info, info_others = {}, {}
+        out, weights = attend(q, k, v, bias=bias, precision=precision, info=info)[:2]
+        attend(q[:, :, others], k, v, bias=bias[:, :, others], precision=precision, info=info_others)
+        assert np.all(out[0, 0, 1] == 0) and np.all(weights[0, 0, 1] == 0)
+        assert info["logit_condition"] == pytest.approx(info_others["logit_condition"], rel=1e-6)

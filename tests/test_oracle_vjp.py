@@ -138,20 +138,24 @@ def test_vjp_matches_finite_differences(name):
         np.testing.assert_allclose(grads[n], fd[n], rtol=0, atol=1e-8 * scale, err_msg=n)
 
 
+@pytest.mark.parametrize("precision", ["float64", "float16", "bfloat16"])
 @pytest.mark.parametrize("name", [n for n in CASES if "sinks" not in CASES[n][1]])
-def test_forward_without_sinks_is_the_1_2_oracle_bitwise(name):
+def test_forward_without_sinks_is_the_1_2_oracle_bitwise(name, precision):
+    """In float16 and bfloat16 too: the same steps rounded alike (NUM-3's naive algorithm)."""
     arrays, const, _, _ = _build(name)
     others = {n: a for n, a in arrays.items() if n not in "qkv"}
-    want = oracle.attention_result(arrays["q"], arrays["k"], arrays["v"], **others, **const)
-    got = attention_with_sinks(arrays["q"], arrays["k"], arrays["v"], **others, **const)
+    want = oracle.attention_result(arrays["q"], arrays["k"], arrays["v"], **others, **const,
+                                   precision=precision)
+    got = attention_with_sinks(arrays["q"], arrays["k"], arrays["v"], **others, **const,
+                               precision=precision)
     for field in ("output", "weights", "lse", "present_key", "present_value", "present_lengths"):
         w, g = getattr(want, field), getattr(got, field)
         assert (w is None and g is None) or np.array_equal(w, g), field
 
 
-def _explicit_sink_call(q, k, v, sinks, mask, bias, softcap):
+def _explicit_sink_call(q, k, v, sinks, mask, bias, softcap, precision="float64"):
     """The sink as one more key: key vector 0 (so s q.0 = 0 and c tanh(0) = 0), bias = sink,
-    value 0, always allowed; through the 1.2 oracle."""
+    value 0, always allowed; through the 1.2 oracle in ``precision``."""
     b, h, lq, _ = q.shape
     k1 = np.concatenate([k, np.zeros(k.shape[:2] + (1, k.shape[3]))], axis=2)
     v1 = np.concatenate([v, np.zeros(v.shape[:2] + (1, v.shape[3]))], axis=2)
@@ -159,7 +163,8 @@ def _explicit_sink_call(q, k, v, sinks, mask, bias, softcap):
                             np.ones((b, h, lq, 1), bool)], axis=-1)
     column = np.broadcast_to(sinks[None, :, None, None], (b, h, lq, 1))
     bias1 = np.concatenate([np.broadcast_to(bias, (b, h, lq, k.shape[2])), column], axis=-1)
-    return oracle.attention_result(q, k1, v1, mask=mask1, bias=bias1, softcap=softcap), bias1, mask1
+    return (oracle.attention_result(q, k1, v1, mask=mask1, bias=bias1, softcap=softcap,
+                                    precision=precision), bias1, mask1)
 
 
 @pytest.mark.parametrize("softcap", [None, 1.2])
@@ -193,6 +198,31 @@ def test_sinks_equal_an_extra_key_with_value_zero(softcap):
                                rtol=0, atol=1e-13)
     np.testing.assert_allclose(grads.dq, explicit.dq, rtol=0, atol=1e-13)
     np.testing.assert_allclose(grads.dk, explicit.dk[:, :, :-1], rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+@pytest.mark.parametrize("softcap", [None, 1.2])
+def test_sinks_in_a_narrow_dtype_round_as_the_extra_key_does(softcap, precision):
+    """The naive algorithm of NUM-3 in float16 and bfloat16 (float32 rounded after every step):
+    with sinks, bit for bit the 1.2 oracle's steps on the sink as one more key."""
+    arrays = _qkv(3, spread=3.0)
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    b, h, lq = q.shape[:3]
+    rng = np.random.default_rng(4)
+    sinks = rng.standard_normal(h) * 2
+    mask = _empty_row_mask(b, h, lq, k.shape[2])
+    bias = rng.standard_normal((1, h, lq, k.shape[2]))
+    got = attention_with_sinks(q, k, v, sinks=sinks, mask=mask, bias=bias, softcap=softcap,
+                               precision=precision)
+    want, _, _ = _explicit_sink_call(q, k, v, sinks, mask, bias, softcap, precision)
+    assert got.output.dtype == np.float32
+    np.testing.assert_array_equal(got.output, want.output)
+    np.testing.assert_array_equal(got.weights, want.weights[..., :-1])
+    np.testing.assert_array_equal(got.lse, want.lse)
+    _, rounding = oracle.rounding(precision)
+    np.testing.assert_array_equal(got.lse[0, :, 1], rounding(sinks.astype(np.float32)))
+    assert not np.array_equal(got.output, attention_with_sinks(
+        q, k, v, sinks=sinks, mask=mask, bias=bias, softcap=softcap, precision="float32").output)
 
 
 def test_lse_with_sinks_normalises_merges_and_converts():
