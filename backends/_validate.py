@@ -343,7 +343,8 @@ class Features(NamedTuple):
     when there are none: then query i sits at i (+ L_k - L_q bottom-right) and key j at j);
     past_key (B, g, L_past, d_k) and past_value (B, g, L_past, d_v): the backend's arrays, or None;
     past_lengths: int64 NumPy (B,) valid cache entries (L_past each when not given), or None;
-    sinks: float64 NumPy (h,) sink logits (SINK-1, spec 1.3), or None;
+    sinks: float64 NumPy (h,) sink logits (SINK-1, spec 1.3), or None; inside ``attention_vjp``
+    the backend's own array (the primal being differentiated, ``autodiff_vjp``);
     lse: whether the per-row log-sum-exp is asked for.
     """
 
@@ -355,7 +356,7 @@ class Features(NamedTuple):
     past_key: Any = None
     past_value: Any = None
     past_lengths: np.ndarray | None = None
-    sinks: np.ndarray | None = None
+    sinks: Any = None
     lse: bool = False
 
     @property
