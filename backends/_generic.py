@@ -12,8 +12,9 @@ calls:
 * ``_mha(query, key, value, params, num_heads, masks, features, num_kv_heads) -> AttentionOutputs``
 
 (``features``: the validated :class:`~._validate.Features`, empty for a 1.1 call). By default
-they fold the features into the masks (the structural mask, ALiBi, the soft-cap: :meth:`_fold`),
-lay out a KV cache, and run the :mod:`.algorithms` object chosen at construction through
+they fold the features into the masks (the structural mask, ALiBi, the soft-cap: the public
+:meth:`~ArrayBackend.fold_features`, which the backward passes use too), lay out a KV cache, and
+run the :mod:`.algorithms` object chosen at construction through
 ``_attention`` / ``_multi_head``: the one function per operation that the compiled variants
 (``jax.jit``, ``tf.function``) wrap. The primitives come from :class:`~.primitives.ArrayPrimitives`,
 implemented by each framework module.
@@ -230,8 +231,8 @@ class ArrayBackend(ArrayPrimitives, Backend):
     def _sdpa(self, q, k, v, masks: MaskArgs, feats: Features) -> AttentionOutputs:
         """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v) -> AttentionOutputs(out,
         weights, lse or None, present_key, present_value): the features folded into ``masks``
-        (:meth:`_fold`), the present cache laid out (CACHE-1), then :meth:`_attention`."""
-        masks, index = self._fold(q, masks, feats, self._shape(q)[2], self._shape(k)[2])
+        (:meth:`fold_features`), the present cache laid out (CACHE-1), then :meth:`_attention`."""
+        masks, index = self._folded(q, masks, feats, self._shape(q)[2], self._shape(k)[2])
         kept = (None, None)
         if feats.cached:
             k = algorithms.present(self, feats.past_key, k, index)
@@ -247,7 +248,8 @@ class ArrayBackend(ArrayPrimitives, Backend):
         or None, present_value or None); ``num_kv_heads`` g (MHA-6, None: g = h): query head i
         uses key/value head i // (h / g). The features folded as in :meth:`_sdpa`; a cache holds
         projected keys and values, so the algorithm lays out the present cache."""
-        masks, index = self._fold(query, masks, feats, self._shape(query)[1], self._shape(key)[1])
+        masks, index = self._folded(query, masks, feats, self._shape(query)[1],
+                                    self._shape(key)[1])
         cache = Cache(feats.past_key, feats.past_value, index) if feats.cached else None
         return AttentionOutputs(*self._multi_head(query, key, value, p, num_heads, masks,
                                                   num_kv_heads, feats.lse, cache))
@@ -278,29 +280,31 @@ class ArrayBackend(ArrayPrimitives, Backend):
         return algorithms.attend(self, q, k, v, allowed, additive, masks, lse)
 
     # -- features and masks ------------------------------------------------------------------------
-    def _fold(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
-        """-> (masks, index): a 1.1 call's ``masks`` as they are and None; a 1.2 call's folded
-        (:meth:`_feature_masks`) and the present-cache index (B, L_K) as a backend array, or None
-        (no cache, or a full one)."""
-        if not feats.in_use:
-            return masks, None
+    def fold_features(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
+        """-> (masks, index): the call's ``feats`` folded into ``masks`` as every operation folds
+        them: one boolean ``mask`` (B|1, h|1, L_q, L_K) with the mask, key padding, causal and the
+        structural mask (``key_padding_mask`` and ``causal`` then None), ``softcap`` and the
+        ``alibi`` bias set, L_K = L_past + L_k; ``index``: the present-cache index (B, L_K) as
+        NumPy (CACHE-1), None without a cache or with a full one. ``like``: an input of the call
+        (device, dtype, batch size). The backward passes fold a call with it too."""
         plan = _features.plan(feats, batch=self._shape(like)[0], len_q=len_q, len_k=len_k,
                               causal=masks.causal)
-        index = None if plan.index is None else self._constant(plan.index, like)
-        return self._feature_masks(like, masks, feats, plan, len_q, feats.len_past + len_k), index
-
-    def _feature_masks(self, like, masks: MaskArgs, feats: Features, plan: _features.Plan,
-                       len_q: int, len_all: int) -> MaskArgs:
-        """``masks`` with every boolean condition in one ``mask`` (B|1, h|1, L_q, L_K): mask,
-        key padding, causal and the structural mask; the ALiBi bias and the soft-cap added."""
-        allowed = self._combine_masks(len_q, len_all, like, masks.mask, masks.key_padding_mask,
-                                      plan.causal)
+        allowed = self._combine_masks(len_q, feats.len_past + len_k, like, masks.mask,
+                                      masks.key_padding_mask, plan.causal)
         if plan.allowed is not None:
             structural = self._constant(plan.allowed, like)
             allowed = structural if allowed is None else allowed & structural
         alibi = None if plan.alibi is None else self._constant_as(plan.alibi, like)
         return masks._replace(mask=allowed, key_padding_mask=None, causal=None,
-                              softcap=feats.softcap, alibi=alibi)
+                              softcap=feats.softcap, alibi=alibi), plan.index
+
+    def _folded(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
+        """-> (masks, index): a 1.1 call's ``masks`` as they are and None; a 1.2 call's folded
+        (:meth:`fold_features`) and its present-cache index as a backend array, or None."""
+        if not feats.in_use:
+            return masks, None
+        masks, index = self.fold_features(like, masks, feats, len_q, len_k)
+        return masks, None if index is None else self._constant(index, like)
 
     def _outputs(self, feats: Features, res: AttentionOutputs, key, like):
         """What a call returns: (output, weights), or AttentionOutputs with lse or a cache

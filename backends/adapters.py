@@ -44,7 +44,7 @@ instead (a length or window argument), override :meth:`NativeAdapter.attention_f
 "gqa", ``k`` and ``v`` of ``attention`` may have g heads. "lse" needs the op's own
 log-sum-exp (override :meth:`NativeAdapter.attention_with_lse`, or ``attention_features``) and
 "kv_cache" its own mapping (override ``attention_features``, and ``mha_features`` for multi-head
-calls; :meth:`NativeAdapter.fold_features` folds a call's features as the generic path does, and
+calls; ``fold_features`` folds a call's features as the generic path does, and
 :class:`.cache_layout.LibraryCache` maps a library cache that keeps every past entry). With
 "attention_vjp" the backward pass is autograd (``jax.vjp``, ``GradientTape``) through
 ``attention`` or ``attention_with_lse``: the op's own backward; the inputs then require grad, so
@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import copy
 
-from . import _features
 from ._base import AttentionOutputs, MHAParams
 from ._generic import MaskArgs
 from ._validate import REJECTION_CLAUSES, Arg, Dims, Features, sdpa_dims
@@ -208,17 +207,6 @@ class NativeAdapter:
         d_out), weights, lse, present_key, present_value), or ``NotImplemented`` to take the
         generic path (features folded into ``masks``, then :meth:`mha`)."""
         return NotImplemented
-
-    def fold_features(self, like, masks: MaskArgs, features: Features, len_q: int, len_k: int):
-        """-> (masks, index): the call's ``features`` folded into ``masks`` as the generic path
-        folds them (one boolean ``mask`` (B|1, h|1, L_q, L_K) with key padding, causal and the
-        structural mask; ``softcap`` and the ``alibi`` bias set), L_K = L_past + L_k; ``index``:
-        the present-cache index (B, L_K) as NumPy (CACHE-1), None without a cache or with a full
-        one. ``like``: an input of the call (device, dtype, batch size)."""
-        plan = _features.plan(features, batch=self._shape(like)[0], len_q=len_q, len_k=len_k,
-                              causal=masks.causal)
-        folded = self._feature_masks(like, masks, features, plan, len_q, features.len_past + len_k)
-        return folded, plan.index
 
     # -- the framework backend's hooks, routed to the methods above ----------------------------
     def _check_features(self, op: str, dims, features: dict, dtype: str, kv, causal) -> Features:

@@ -33,18 +33,27 @@ def library_index(present_index: np.ndarray) -> np.ndarray:
 class LibraryCache:
     """Mixin for an adapter (an array backend) whose library attends ``Concat(past, new)``: a call
     with a KV cache goes to the adapter's ``cached_attention(q, k, v, masks, past_key,
-    past_value, index)`` -> AttentionOutputs, ``masks`` folded over CACHE-1's present layout,
-    ``index`` the present-cache index as NumPy, or None for a full cache."""
+    past_value, index, **options)`` -> AttentionOutputs, ``masks`` folded over CACHE-1's present
+    layout, ``index`` the present-cache index as NumPy, or None for a full cache; ``options``
+    (none by default) are what an attention call's :meth:`cache_call` adds."""
 
     def attention_features(self, q, k, v, masks, features):
-        """A call with a KV cache (without lse): the features folded, then ``cached_attention``;
+        """A call with a KV cache (without lse): :meth:`cache_call`, then ``cached_attention``;
         other feature calls as the adapter's base does them."""
         if not features.cached or features.lse:
             return super().attention_features(q, k, v, masks, features)
-        folded, index = self.fold_features(q, masks, features, self._shape(q)[2],
-                                           self._shape(k)[2])
+        folded, index, options = self.cache_call(q, masks, features, self._shape(q)[2],
+                                                 self._shape(k)[2])
         return self.cached_attention(q, k, v, folded, features.past_key, features.past_value,
-                                     index)
+                                     index, **options)
+
+    def cache_call(self, like, masks, features, len_q: int, len_k: int):
+        """-> (masks, index, options): how an attention call with a KV cache reaches
+        ``cached_attention``: the call's ``masks`` with its ``features`` folded and the
+        present-cache index as NumPy (``fold_features``), and ``options``, the keyword arguments
+        of ``cached_attention`` (none). Override to pass the library's own arguments where they
+        are exact (a causal flag)."""
+        return (*self.fold_features(like, masks, features, len_q, len_k), {})
 
     def mha_features(self, query, key, value, p, num_heads: int, masks, features,
                      num_kv_heads: int | None = None):

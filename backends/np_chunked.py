@@ -287,7 +287,7 @@ class Chunked(Batched):
             q, k, v, scale=masks.scale, allowed=allowed,
             additive=ops._additive(masks.bias, masks.legacy_mask), alibi=masks.alibi,
             softcap=masks.softcap, lse=bool(lse),
-            blocks=ops._choose(q, k, alibi=masks.alibi is not None), sinks=sinks)
+            blocks=ops.blocks_for(q, k, alibi=masks.alibi is not None), sinks=sinks)
         return out, None, row_lse
 
 
@@ -316,13 +316,11 @@ class ChunkedNumpyBackend(NumpyBackend):
         offset = None if causal is None else (0 if causal == "top_left" else len_k - len_q)
         return BlockMask(None if mask is None else np.asarray(mask), key_padding_mask, offset)
 
-    def _fold(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
-        """A spec 1.2 call's ``masks`` with every boolean condition in one :class:`BlockMask`
-        (causal on positions when keys are removed by position, SEG-3, CACHE-2, WIN-1), ALiBi as
-        an :class:`Alibi` and the soft-cap, and the present-cache index as NumPy: nothing of size
-        L_q * L_K is built here. A 1.1 call's ``masks`` as they are."""
-        if not feats.in_use:
-            return masks, None
+    def fold_features(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
+        """A call's ``masks`` with every boolean condition in one :class:`BlockMask` (causal on
+        positions when keys are removed by position, SEG-3, CACHE-2, WIN-1), ALiBi as an
+        :class:`Alibi` and the soft-cap, and the present-cache index as NumPy: nothing of size
+        L_q * L_K is built here."""
         pos = feats.positions
         if pos is None and (feats.window is not None or feats.slopes is not None):
             pos = positions_.token_positions(like.shape[0], len_q, len_k,
@@ -351,7 +349,7 @@ class ChunkedNumpyBackend(NumpyBackend):
 
         return np_chunked_vjp.attention_vjp(self, q, k, v, d_output, d_lse, masks, feats)
 
-    def _choose(self, q, k, *, alibi: bool = False) -> Blocks:
+    def blocks_for(self, q, k, *, alibi: bool = False) -> Blocks:
         """The blocks of a call; with ALiBi a quarter of :data:`BLOCK_ELEMENTS` logits in key
         blocks a quarter as long, since a block's bias is built in float64 (three temporaries of
         8 bytes per logit)."""

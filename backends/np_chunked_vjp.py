@@ -30,10 +30,10 @@ from .np_vjp import Grads
 
 def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats) -> dict:
     """The gradients of a validated call of the chunked backend (``masks``: ``MaskArgs``,
-    ``feats``: ``Features``): its masks kept per block (``_fold``), the present cache laid
-    out (CACHE-1), the forward pass for O and lse, then :func:`blockwise_vjp`."""
+    ``feats``: ``Features``): its masks kept per block (``fold_features``), the present cache
+    laid out (CACHE-1), the forward pass for O and lse, then :func:`blockwise_vjp`."""
     len_q, len_k = q.shape[2], k.shape[2]
-    masks, index = backend._fold(q, masks, feats, len_q, len_k)
+    masks, index = backend.fold_features(q, masks, feats, len_q, len_k)
     masks = masks._replace(mask=np_chunked.block_allowed(backend, q, k, masks),
                            key_padding_mask=None, causal=None)
     k_all, v_all = k, v
@@ -42,7 +42,7 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats) -> dict:
         v_all = algorithms.present(backend, feats.past_value, v, index)
     work = np.promote_types(q.dtype, np.float32)
     q_w, k_w, v_w = (np.asarray(x, dtype=work) for x in (q, k_all, v_all))
-    blocks = backend._choose(q_w, k_w, alibi=masks.alibi is not None)
+    blocks = backend.blocks_for(q_w, k_w, alibi=masks.alibi is not None)
     additive = backend._additive(masks.bias, masks.legacy_mask)
     out, lse = np_chunked.blockwise_attention(
         q_w, k_w, v_w, scale=masks.scale, allowed=masks.mask, additive=additive,

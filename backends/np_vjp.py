@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _features, algorithms
+from . import algorithms
 
 
 class Grads(NamedTuple):
@@ -39,13 +39,12 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
                   per_head: bool) -> dict:
     """The gradients of a validated call of a NumPy ``ArrayBackend`` (``masks``: ``MaskArgs``,
     ``feats``: ``Features``): the features folded into one allowed mask and the additive terms
-    exactly as the forward pass folds them, then :func:`dense_vjp`."""
+    exactly as the forward pass folds them (``fold_features``), then :func:`dense_vjp`."""
     len_q, len_k = q.shape[2], k.shape[2]
-    plan = _features.plan(feats, batch=q.shape[0], len_q=len_q, len_k=len_k, causal=masks.causal)
-    masks = backend._feature_masks(q, masks, feats, plan, len_q, feats.len_past + len_k)
+    masks, index = backend.fold_features(q, masks, feats, len_q, len_k)
     k_all, v_all = k, v
     if feats.cached:
-        index = None if plan.index is None else backend._constant(plan.index, q)
+        index = None if index is None else backend._constant(index, q)
         k_all = algorithms.present(backend, feats.past_key, k, index)
         v_all = algorithms.present(backend, feats.past_value, v, index)
     grads = dense_vjp(q, k_all, v_all, d_output, d_lse, masks.mask,

@@ -235,16 +235,17 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         return ("float32", "float16")  # float64: scale taken in float32 (see deviations)
 
     def attention_features(self, q, k, v, m: MaskArgs, features):
-        """A call with a KV cache (without lse): :meth:`_with_cache`. Per-batch key lengths
-        (SEG-2) as the node's ``nonpad_kv_seqlen`` when they are the call's only feature, exact
+        """A call with a KV cache as :class:`.cache_layout.LibraryCache` runs it (its
+        :meth:`cache_call`, then :meth:`cached_attention`). Per-batch key lengths (SEG-2) as the
+        node's ``nonpad_kv_seqlen`` when they are the call's only feature, exact
         (:func:`.masks.native_lengths`) and without a causal mask (the node's causal diagonal then
         follows each item's valid length); otherwise NotImplemented: segments and lengths reach
         the node folded into ``attn_mask``."""
-        if features.cached and not features.lse:
-            return self._with_cache(q, k, v, m, features)
+        if features.cached:
+            return super().attention_features(q, k, v, m, features)
         lengths = masks.native_lengths(features.positions)
         plain = (features.window is None and features.softcap is None and features.slopes is None
-                 and not features.lse and not features.cached and m.causal is None)
+                 and not features.lse and m.causal is None)
         if not plain or lengths is None or lengths[0] is not None or lengths[1] is None:
             return NotImplemented
         return self.attention(q, k, v, m, kv_lengths=lengths[1].astype(np.int64))
@@ -284,21 +285,21 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         return session.run(names, feeds)
 
     # -- KV cache (CACHE): the node's past_key / past_value -------------------------------------
-    def _with_cache(self, q, k, v, m: MaskArgs, feats) -> AttentionOutputs:
+    def cache_call(self, like, m: MaskArgs, feats, len_q: int, len_k: int):
         """A call with a KV cache runs the node with ``past_key`` / ``past_value``; with a full
         cache and no mask, bias or other feature, its own ``is_causal`` (offset = the past
-        length, CACHE-2); otherwise the structural mask of the call, laid out as the node's keys."""
-        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
-        folded, index = self.fold_features(q, m, feats, len_q, len_k)
+        length, CACHE-2) and the call's masks as given; otherwise the structural mask of the call
+        (:class:`.cache_layout.LibraryCache`'s folding), laid out as the node's keys."""
+        folded, index, options = super().cache_call(like, m, feats, len_q, len_k)
         # one query with several new keys: onnxruntime's is_causal then allows every key (ONNX's
         # reference and CACHE-2 allow j <= L_past + i; docs/ort.md), so that call takes the mask
         plain = (index is None and feats.window is None and feats.slopes is None
                  and all(x is None for x in (m.mask, m.bias, m.legacy_mask, m.key_padding_mask))
                  and not (m.causal is not None and len_q == 1 < len_k))
-        if plain:
-            folded = m._replace(causal=None, softcap=feats.softcap)
-        return self.cached_attention(q, k, v, folded, feats.past_key, feats.past_value, index,
-                                     is_causal=plain and m.causal is not None)
+        if not plain:
+            return folded, index, options
+        return m._replace(causal=None, softcap=feats.softcap), index, {
+            **options, "is_causal": m.causal is not None}
 
     def cached_attention(self, q, k, v, m: MaskArgs, past_key, past_value, index, *,
                          is_causal=False):

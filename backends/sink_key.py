@@ -19,7 +19,7 @@ import numpy as np
 def with_sink_key(backend, q, k, v, masks, sinks):
     """(k, v, masks) with the sink key appended: k (B, g, L_K + 1, d_k), v (B, g, L_K + 1, d_v),
     every mask and additive term one column wider. ``masks`` is a ``MaskArgs`` whose boolean
-    conditions are all in ``mask`` (as :meth:`ArrayBackend._feature_masks` leaves them);
+    conditions are all in ``mask`` (as :meth:`ArrayBackend.fold_features` leaves them);
     ``sinks`` (h,) is float64 NumPy or a backend array (differentiated by autodiff)."""
     b, g, len_k, d_k = backend._shape(k)
     heads = backend._shape(q)[1]

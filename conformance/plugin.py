@@ -53,7 +53,7 @@ from mhaspec.backends import loadable, registered_backends
 from mhaspec.spec import load as load_spec
 
 from . import cell, clause_capabilities, conditions, expect, results, scheduling, strategies
-from .item_state import ITEM_STATE, SETTINGS_KEY, RunSettings, running_test, state_of
+from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
 from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
 #: how the reason of the suite's own xfail mark, a declared deviation, starts
@@ -442,8 +442,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         del report.wasxfail
         report.outcome = "failed"
         report.longrepr = f"an expected failure the suite did not declare is a failure: {why}"
-    ran = item.stash.get(ITEM_STATE, None)
-    left_out = conditions.sub_cases_left_out(ran) if report.when == "call" and ran else []
+    state = state_of(item)  # the one record of the item (pytest_runtest_call made it)
+    left_out = conditions.sub_cases_left_out(state) if report.when == "call" else []
     if left_out and report.failed and call.excinfo.errisinstance(
             (Unsatisfiable, FailedHealthCheck)):  # every case drew a sub-case the backend does
         # not support (Hypothesis found none to run): not implemented, not a failure
@@ -453,7 +453,6 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     record = _record(item)
     if record is not None:
         del record["why"]
-        state = state_of(item)
         info = {**record, "ratios": state.ratios, "calls": state.calls, "examples": state.examples,
                 "validated_by_adapter": _validated_by_adapter(item.callspec.params["impl"].backend,
                                                               record["clauses"])}
