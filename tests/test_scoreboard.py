@@ -39,11 +39,11 @@ def test_rows_follow_the_certificate(one_certificate):
     (row,) = board.rows
     chapters = board.chapters
     assert row.name == "torch-sdpa-math" and row.library == "torch 2.13.0+cpu"
-    assert row.verdict == "conforms" and board.label == "1.2" and board.superseded == []
+    assert row.verdict == "conforms" and board.label == "1.3" and board.superseded == []
     assert row.cells["MASK"][0] == "deviation"  # MASK-13 declared, confirmed
     assert any(n.startswith("MASK-13: ") for n in row.cells["MASK"][1])
     assert row.cells["HEAD"][0] == "not-implemented"
-    assert row.cells["SDPA"] == ("pass", ["SDPA-1", "SDPA-3", "SDPA-5", "SDPA-6", "SDPA-7"])
+    assert row.cells["SDPA"] == ("pass", ["SDPA-1", "SDPA-2", "SDPA-3", "SDPA-5", "SDPA-6", "SDPA-7"])
     assert row.cells["GQA"] == ("pass", ["GQA-1", "GQA-2"])
     assert set(chapters) >= {"SHAPE", "MASK", "NUM", "ERR", "GQA", "LSE"}
     assert "GRAD" in board.optional and "LSE" in board.optional and "MASK" in board.core
@@ -58,8 +58,9 @@ def test_a_row_says_how_much_of_the_spec_it_covers(one_certificate):
     testable = [cid for cid, _, t in certificate.released_clauses(cert["spec"]["version"]) if t]
     assert row.coverage.certified == len(certified) and row.coverage.testable == len(testable)
     assert row.coverage.deviations == cert["summary"]["counts"]["deviation"]
-    assert row.coverage.levels == ["GRAD", "GQA"]  # SDPA only: no HEAD, no MHA, so not core
-    assert row.coverage.chapters["SDPA"] == (5, 7) and str(row.coverage.chapters["SDPA"]) == "5/7"
+    # SDPA only: no HEAD, no MHA, so not core; no softcap, window or lse, so not all of GRAD
+    assert row.coverage.levels == ["GQA"]
+    assert row.coverage.chapters["SDPA"] == (6, 7) and str(row.coverage.chapters["SDPA"]) == "6/7"
 
 
 def test_rows_are_sorted_by_library(tmp_path):
@@ -77,7 +78,7 @@ def test_a_certificate_of_a_draft_since_released_is_listed_not_gridded(one_certi
     certs, page, image = one_certificate
     shutil.copy(DRAFT, certs)
     board = scoreboard.read_rows(certs)
-    assert [r.name for r in board.rows] == ["torch-sdpa-math"] and board.label == "1.2"
+    assert [r.name for r in board.rows] == ["torch-sdpa-math"] and board.label == "1.3"
     assert [(s.name, s.label, s.markdown) for s in board.superseded] == [
         ("ort-attention", "1.2 (draft)", "ort-attention.md")]
     assert cli.main(["scoreboard", "--certificates", str(certs), "--page", str(page),
@@ -101,13 +102,13 @@ def test_the_command_writes_the_grid_linked_to_certificates_and_the_image(one_ce
     text = page.read_text(encoding="utf-8")
     assert "old" not in text and text.endswith("rest\n")
     assert "| [torch-sdpa-math](certs/torch-sdpa-math.md) | torch 2.13.0+cpu | conforms | " in text
-    assert '[dev. 10/12](certs/torch-sdpa-math.md "a declared deviation, confirmed by the suite: ' \
+    assert '[dev. 12/12](certs/torch-sdpa-math.md "a declared deviation, confirmed by the suite: ' \
            'MASK-13: ' in text
-    assert '[pass 5/7](certs/torch-sdpa-math.md "every clause run passed: SDPA-1; SDPA-3' in text
+    assert '[pass 6/7](certs/torch-sdpa-math.md "every clause run passed: SDPA-1; SDPA-2' in text
     assert "### Core chapters" in text and "### Optional chapters" in text
     # the picture leads the section, with its title, and opens full size
     first = text.split(scoreboard.START)[1].lstrip().splitlines()[0]
-    assert first.startswith("[![mhaspec 1.2 conformance scoreboard: profile ci, CPU, certificates "
+    assert first.startswith("[![mhaspec 1.3 conformance scoreboard: profile ci, CPU, certificates "
                             "issued 20") and "](assets/board.svg)](assets/board.svg " in first
     svg = image.read_text("utf-8")
     assert svg.startswith("<?xml") and "<svg" in svg
