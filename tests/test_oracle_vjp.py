@@ -167,10 +167,9 @@ def _explicit_sink_call(q, k, v, sinks, mask, bias, softcap, precision="float64"
                                     precision=precision), bias1, mask1)
 
 
-@pytest.mark.parametrize("softcap", [None, 1.2])
-def test_sinks_equal_an_extra_key_with_value_zero(softcap):
-    """SINK: the sink is a key whose logit is sigma_h and whose value is 0, never masked; the
-    lse includes it; an empty row gives output 0, weights 0 and lse sigma_h."""
+def _sink_case():
+    """q, k, v, sinks (h,), a mask with an empty row, a bias (1, h, L_q, L_k) and the generator
+    that drew them (seeded): the case of the sink-as-extra-key tests."""
     arrays = _qkv(3, spread=3.0)
     q, k, v = arrays["q"], arrays["k"], arrays["v"]
     b, h, lq = q.shape[:3]
@@ -178,6 +177,14 @@ def test_sinks_equal_an_extra_key_with_value_zero(softcap):
     sinks = rng.standard_normal(h) * 2
     mask = _empty_row_mask(b, h, lq, k.shape[2])
     bias = rng.standard_normal((1, h, lq, k.shape[2]))
+    return q, k, v, sinks, mask, bias, rng
+
+
+@pytest.mark.parametrize("softcap", [None, 1.2])
+def test_sinks_equal_an_extra_key_with_value_zero(softcap):
+    """SINK: the sink is a key whose logit is sigma_h and whose value is 0, never masked; the
+    lse includes it; an empty row gives output 0, weights 0 and lse sigma_h."""
+    q, k, v, sinks, mask, bias, rng = _sink_case()
     got = attention_with_sinks(q, k, v, sinks=sinks, mask=mask, bias=bias, softcap=softcap)
     want, bias1, mask1 = _explicit_sink_call(q, k, v, sinks, mask, bias, softcap)
     np.testing.assert_allclose(got.output, want.output, rtol=0, atol=1e-15)
@@ -205,13 +212,7 @@ def test_sinks_equal_an_extra_key_with_value_zero(softcap):
 def test_sinks_in_a_narrow_dtype_round_as_the_extra_key_does(softcap, precision):
     """The naive algorithm of NUM-3 in float16 and bfloat16 (float32 rounded after every step):
     with sinks, bit for bit the 1.2 oracle's steps on the sink as one more key."""
-    arrays = _qkv(3, spread=3.0)
-    q, k, v = arrays["q"], arrays["k"], arrays["v"]
-    b, h, lq = q.shape[:3]
-    rng = np.random.default_rng(4)
-    sinks = rng.standard_normal(h) * 2
-    mask = _empty_row_mask(b, h, lq, k.shape[2])
-    bias = rng.standard_normal((1, h, lq, k.shape[2]))
+    q, k, v, sinks, mask, bias, rng = _sink_case()
     got = attention_with_sinks(q, k, v, sinks=sinks, mask=mask, bias=bias, softcap=softcap,
                                precision=precision)
     want, _, _ = _explicit_sink_call(q, k, v, sinks, mask, bias, softcap, precision)
