@@ -114,3 +114,7 @@ def test_merge_of_soaks_run_one_after_another_adds_their_times_and_keeps_each_ta
     assert "target 20,000 examples per backend x dtype (5,000 for j/float32)" in text
     assert "1 backend x dtype cells stopped below the target" in text and "j/float32." in text
     assert soak.merge(soaks)["elapsed_s"] == 100.0  # side by side: the longest
+    # a merged summary merges again (it lists its soaks' examples per test): soaks added later
+    again = soak.merge([merged, one("k", 20_000, 25, 20_500, 10.0)], one_after_another=True)
+    assert again["examples_per_test"] == [25, 50, 200] and again["elapsed_s"] == 140.0
+    assert [c["examples"] for c in again["by_backend_dtype"].values()] == [21_000, 4_000, 20_500]

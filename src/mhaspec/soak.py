@@ -274,16 +274,22 @@ def _chapters_run(ran: list[str], chapters: list[str]) -> str:
     return f"{said} (not {', '.join(missing)})" if missing else said
 
 
+def _as_list(value) -> list:
+    """``value`` as a list (a merged summary's fields list what single soaks hold once)."""
+    return value if isinstance(value, list) else [value]
+
+
 def merge(summaries: list[dict], *, one_after_another: bool = False) -> dict:
     """One summary from several soaks: examples, calls, tests and failures add up per cell, and each
     cell keeps the largest target of the soaks that ran it. The elapsed time is the longest when
     they ran side by side, the sum when ``one_after_another``."""
     times = [s.get("elapsed_s", 0.0) for s in summaries]
-    per_test = sorted({s.get("examples_per_test", 100) for s in summaries})
+    per_test = sorted({n for s in summaries  # a merged summary lists its soaks' values
+                       for n in _as_list(s.get("examples_per_test", 100))})
     out = {**summaries[0], "merged_from": len(summaries), "rounds": [], "failures": [],
            "by_backend_dtype": {}, "command": [s["command"] for s in summaries],
            "backends": sorted({b for s in summaries for b in
-                               (s["backends"] if isinstance(s["backends"], list) else [s["backends"]])}),
+                               _as_list(s["backends"])}),
            "elapsed_s": sum(times) if one_after_another else max(times),
            "one_after_another": one_after_another,
            "examples_per_test": per_test[0] if len(per_test) == 1 else per_test,
