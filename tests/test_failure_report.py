@@ -155,7 +155,7 @@ def test_informative_clauses_and_large_ratios_read_as_the_terminal_words_them(ca
     path = HERE.parent / "docs" / "certificates" / "torch-sdpa.json"
     cert = json.loads(path.read_text("utf-8"))
     informative = {c["id"] for c in cert["clauses"] if c["verdict"] == "not-run"}
-    assert informative == {"MASK-4", "WIN-3"}  # no test: informative in spec 1.2
+    assert informative == {"MASK-4", "WIN-3", "CONF-1"}  # no test: informative in spec 1.3
     big = dict(next(c for c in cert["clauses"] if c["id"] == "SDPA-1"), worst_ratio=1477874627492827.5)
     rows = certificate.to_markdown({**cert, "clauses": [big if c["id"] == "SDPA-1" else c
                                                          for c in cert["clauses"]]}).splitlines()
@@ -165,4 +165,4 @@ def test_informative_clauses_and_large_ratios_read_as_the_terminal_words_them(ca
     assert not [r for r in rows if "not-run" in r]
     assert cli.main(["verify", str(path)]) == 0
     summary = next(line for line in capsys.readouterr().out.splitlines() if "the summary" in line)
-    assert "2 informative" in summary and "not-run" not in summary, summary
+    assert "3 informative" in summary and "not-run" not in summary, summary
