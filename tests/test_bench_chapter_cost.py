@@ -8,7 +8,9 @@ from mhaspec.bench import chapter_cost
 
 
 def _result(backend, clauses, duration):
-    return {"backend": backend, "clauses": clauses, "duration": duration}
+    """A report's record of one test (the fields every record has, and its duration)."""
+    return {"backend": backend, "device": "cpu", "dtype": "float32", "test": "t",
+            "outcome": "pass", "clauses": clauses, "duration": duration}
 
 
 def test_a_test_is_new_only_when_every_clause_it_names_is_new():
@@ -41,7 +43,21 @@ def test_the_command_prints_the_table_with_the_total(tmp_path, capsys):
 
 
 def test_an_empty_report_is_a_one_line_usage_error(tmp_path, capsys):
+    (tmp_path / "empty.json").write_text("[]")
     with pytest.raises(SystemExit) as exit_:
-        chapter_cost.main([str(tmp_path / "missing.json")])
+        chapter_cost.main([str(tmp_path / "empty.json")])
     assert exit_.value.code == 2
     assert "report: no results" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", [None, "not json", '{"a": 1}', '[{"backend": "x"}]'])
+def test_a_missing_or_foreign_report_is_a_one_line_usage_error(tmp_path, capsys, text):
+    """No traceback for a file that is not a run's report: one line naming the report."""
+    report = tmp_path / "report.json"
+    if text is not None:
+        report.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        chapter_cost.main([str(report)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert "report" in err and "Traceback" not in err

@@ -1101,3 +1101,15 @@ def test_a_bias_of_another_dtype_is_rounded_to_the_inputs_dtype_as_documented(ba
     np.testing.assert_allclose(weights, want_weights, rtol=2e-6, atol=2e-6)
     docs = (pathlib.Path(__file__).parents[1] / "docs" / "conventions.md").read_text("utf-8")
     assert "**A `bias` in another floating dtype than the inputs**" in docs
+
+
+@pytest.mark.parametrize("text", [None, "not json", '{"a": 1}', '[{"backend": "x"}]'])
+def test_matrix_of_a_missing_or_foreign_report_is_a_usage_error(tmp_path, capsys, text):
+    """``mhaspec matrix --report F``: a file that is not a run's report is one line naming it
+    (it used to be a traceback, or an empty matrix for a missing file)."""
+    report = tmp_path / "report.json"
+    if text is not None:
+        report.write_text(text)
+    assert_usage_error(run_cli(capsys, "matrix", "--report", str(report), "--out",
+                               str(tmp_path / "m.md")), "report")
+    assert not (tmp_path / "m.md").exists()

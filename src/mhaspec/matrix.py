@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     refs = list(found.backends)
     not_run: list[dict] = []
     if args.report is not None:
-        results = runner.load_results(args.report)
+        results = runner.read_report(args.report)
     else:
         suite = runner.suite_args(profile=args.profile, dtypes=args.dtypes, backends=refs,
                                   extra=[a for a in extra if a != "--"])

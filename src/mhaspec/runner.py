@@ -32,6 +32,8 @@ from typing import Iterable, NamedTuple
 
 import pytest
 
+from mhaspec import usage
+
 #: Arguments every run of the suite starts with.
 #: The only pytest plugins an in-process run loads, besides pytest's own: the suite's and
 #: Hypothesis's. ``pytest11`` entry points of other installed packages are not auto-loaded
@@ -73,6 +75,23 @@ def load_results(report: str | os.PathLike) -> list[dict]:
     """The results a run wrote with ``--mhaspec-report`` ([] when it wrote none)."""
     path = pathlib.Path(report)
     return json.loads(path.read_text("utf-8")) if path.exists() else []
+
+
+#: what every record of a ``--mhaspec-report`` file holds
+REPORT_FIELDS = ("backend", "device", "dtype", "test", "outcome", "clauses")
+
+
+def read_report(report: str | os.PathLike) -> list[dict]:
+    """The results of a ``--mhaspec-report`` file a user names: a :class:`usage.UsageError`
+    naming it when it cannot be read, is not JSON, or is not a list of test results (each a
+    mapping with :data:`REPORT_FIELDS`)."""
+    results = usage.read_json(report, "report")
+    if not isinstance(results, list) or not all(
+            isinstance(r, dict) and all(f in r for f in REPORT_FIELDS) for r in results):
+        raise usage.UsageError(f"report {usage.printable(report)} is not a --mhaspec-report "
+                               f"file: a list of test results, each with "
+                               f"{', '.join(REPORT_FIELDS)}")
+    return results
 
 
 class SubprocessRun(NamedTuple):

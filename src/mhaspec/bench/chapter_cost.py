@@ -17,7 +17,8 @@ import argparse
 import sys
 from collections import defaultdict
 
-from mhaspec.runner import load_results
+from mhaspec import usage
+from mhaspec.runner import read_report
 from mhaspec.spec import load
 
 
@@ -57,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--since", default="1.3", help="the version whose new clauses are timed "
                         "(default 1.3)")
     args = parser.parse_args(argv)
-    results = load_results(args.report)
+    try:
+        results = read_report(args.report)
+    except usage.UsageError as exc:
+        usage.fail(str(exc))
     if not results:
         parser.error(f"report: no results in {args.report}")
     new = new_clauses(args.since)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mhaspec.runner import load_results
+from mhaspec import usage
+from mhaspec.runner import read_report
 
 #: what must be identical per test: the outcome, the worst NUM-3 ratio per clause, the backend
 #: calls, the examples, the conditions covered and those not implemented, the clauses
@@ -49,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("after")
     parser.add_argument("--show", type=int, default=10, help="differences to print (default 10)")
     args = parser.parse_args(argv)
-    before, after = load_results(args.before), load_results(args.after)
+    try:
+        before, after = read_report(args.before), read_report(args.after)
+    except usage.UsageError as exc:
+        usage.fail(str(exc))
     found = differences(before, after)
     print(f"{len(before)} tests before, {len(after)} after: {len(found)} differ")
     for key, changed in list(found.items())[:args.show]:
