@@ -82,10 +82,10 @@ def test_a_draft_says_so_in_its_heading_and_a_released_version_does_not():
     assert "draft" not in "\n".join(released)
 
 
-def test_the_current_version_is_the_1_3_release():
-    """1.3 is released (every in-repo backend conforms to it) and frozen: the latest release."""
+def test_the_current_version_is_the_1_4_draft_after_the_1_3_release():
+    """1.4 is the draft being written; 1.3 is the latest release, frozen."""
     spec = load()
-    assert (spec.version, spec.status) == ("1.3", "released")
+    assert (spec.version, spec.status) == ("1.4", "draft")
     assert max(FROZEN, key=lambda v: tuple(map(int, v.split(".")))) == "1.3"
 
 
@@ -103,7 +103,7 @@ def test_new_and_changed_clauses_are_marked_in_the_rendering():
 
 def test_the_conformance_clause_carries_the_rfc_2119_sentence():
     text = load().clause("CONF-1").text
-    assert "RFC 2119" in text and "conforms to mhaspec 1.3" in text
+    assert "RFC 2119" in text and "conforms to mhaspec 1.4" in text
 
 
 def test_released_renderings_are_reproduced_by_the_renderer():
