@@ -5,9 +5,9 @@ of the environment; it acts only when the run names the suite (``--pyargs mhaspe
 a path inside the suite's folder), passes an ``--mhaspec-...`` option or ``-p mhaspec``, or is
 the runner's in-process run (the rule: :mod:`.activation`). In any other run it removes itself
 once the initial conftests are loaded: no Hypothesis profile, no markers, no parametrization, no
-``--backend``. Its options are all ``--mhaspec-...``; where the plugin is active, the short
-spellings ``--backend`` and ``--framework`` are added too, unless a conftest or another plugin
-already defines them (then only the ``--mhaspec-`` spelling selects the suite's backends).
+option (not even in ``--help``). Its options are all ``--mhaspec-...``; where the plugin is
+active, the short spellings ``--backend`` and ``--framework`` are added too, unless a conftest or
+another plugin already defines them (then only the ``--mhaspec-`` spelling selects backends).
 
 * ``--mhaspec-backend NAME|module:attr`` (repeatable; short: ``--backend``) chooses the backends;
   default: every registered in-repo backend whose framework imports. ``--mhaspec-framework NAME``
@@ -115,8 +115,8 @@ SHORT = {"--backend": "--mhaspec-backend", "--framework": "--mhaspec-framework"}
 @pytest.hookimpl(wrapper=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args):
     """After the initial conftests: remove this plugin from a run that does not ask for mhaspec
-    (:mod:`.activation`); in one that does, add the short spellings no conftest or other plugin
-    defines."""
+    (:mod:`.activation`); in one that does, add the suite's options (:func:`add_options`) and
+    the short spellings no conftest or other plugin defines."""
     result = yield
     known = early_config.known_args_namespace
     if not activation.asks_for_mhaspec(
@@ -126,6 +126,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
             provided=early_config.pluginmanager.get_plugin(PROVIDER) is not None):
         early_config.pluginmanager.unregister(sys.modules[__name__])
         return result
+    add_options(parser)
     group = parser.getgroup(GROUP)
     for short, full in SHORT.items():
         dest, kwargs = LISTS[full]
@@ -136,7 +137,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     return result
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def add_options(parser: pytest.Parser) -> None:
+    """The suite's ``--mhaspec-...`` options, added only to a run that asks for mhaspec (a run that
+    does not shows none, not even in ``--help``: ``pytest --pyargs mhaspec.conformance --help``
+    lists them)."""
     group = parser.getgroup(GROUP, "mhaspec conformance")
     for name, (dest, kwargs) in LISTS.items():
         group.addoption(name, dest=dest, **kwargs)

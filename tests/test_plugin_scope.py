@@ -126,10 +126,14 @@ def test_the_short_spellings_select_backends_where_the_plugin_is_active(tmp_path
     assert items and all("[numpy-perhead-" in item for item in items), output(proc)
 
 
-def test_the_short_spellings_are_not_options_where_the_plugin_is_inert(tmp_path):
+def test_no_option_of_the_suite_exists_where_the_plugin_is_inert(tmp_path):
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
     proc = pytest_run(tmp_path, "test_nothing.py", "--backend", "numpy-batched")
     assert proc.returncode == 4 and "unrecognized arguments: --backend" in proc.stderr, output(proc)
+    helped = pytest_run(tmp_path, "--help")
+    assert helped.returncode == 0 and "--mhaspec" not in helped.stdout, output(helped)
+    suite = pytest_run(tmp_path, "--pyargs", "mhaspec.conformance", "--help")
+    assert "--mhaspec-backend" in suite.stdout and "--backend" in suite.stdout, output(suite)
 
 
 def test_the_runner_builds_the_long_spellings():
