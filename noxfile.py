@@ -146,7 +146,7 @@ def conformance_framework(session: nox.Session, framework: str) -> None:
               "onnxruntime": ("onnx",), "flax": ("jax", "flax"), "transformers": ("torch", "hf")}
     install(session, *extras[framework])
     frameworks = ("tensorflow", "keras") if framework == "tensorflow" else (framework,)
-    run_suite(session, *(f"--framework={f}" for f in frameworks))
+    run_suite(session, *(f"--mhaspec-framework={f}" for f in frameworks))
 
 
 @nox.session
@@ -252,8 +252,8 @@ def mutation(session: nox.Session) -> None:
     ``mutmut results`` and ``mutmut show N`` then list the survivors (docs: mutation testing)."""
     install(session)
     session.install("mutmut<3")
-    runner = ("sh -c 'python -m pytest --pyargs mhaspec.conformance --backend numpy-batched "
-              "--backend numpy-perhead --mhaspec-profile triage -x -q -p no:cacheprovider "
+    runner = ("sh -c 'python -m pytest --pyargs mhaspec.conformance --mhaspec-backend numpy-batched "
+              "--mhaspec-backend numpy-perhead --mhaspec-profile triage -x -q -p no:cacheprovider "
               "-p no:randomly -W ignore::RuntimeWarning; test $? -eq 0 || exit 1'")
     paths = "backends/np_backend.py,backends/algorithms.py,backends/_generic.py"
     session.run("mutmut", "run", "--paths-to-mutate", paths,

@@ -7,5 +7,6 @@ test's record (``item_state``), the saved-failure format, the plugin and its res
 (``plugin``, ``results``) and the verdicts (``verdicts``). It imports ``mhaspec.spec`` and
 ``mhaspec.backends``, never the commands of ``mhaspec``.
 
-Run it with ``pytest --pyargs mhaspec.conformance [--backend NAME|module:attr]``.
+Run it with ``pytest --pyargs mhaspec.conformance [--mhaspec-backend NAME|module:attr]``
+(the plugin acts only in a run that asks for the suite: :mod:`.activation`).
 """

@@ -48,6 +48,8 @@ Beyond that, each clause adds the dimensions where its bugs live:
   the rejection clauses of spec 1.2 (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4) reject on
   the sizes of every ordering.
 * NUM-2: decoding and L_q < L_k with long dot products (its float32 test draws 32 keys).
+* PARAM-1 and MHA-1..4: + per-head widths d_k = d_v = 1 or wider x
+  projection biases or none (a bias added on the wrong axes shows only at width 1 with biases).
 """
 
 from __future__ import annotations
@@ -324,6 +326,17 @@ SPACES.update({
     "SINK-2": Space(("empty_by", "lengths"), {}, _empties_a_row),
 })
 # -- end of spec 1.3's spaces ----------------------------------------------------------------
+# -- per-head widths of 1 with projection biases (PARAM-1 and the MHA chapter) ---------------------
+# A projection's bias is added along the head and width axes of its (h, d) output; with d_k = d_v
+# = 1 a library that drops or transposes the width axis adds it wrongly while every wider case
+# passes, and with no biases nothing shows. So the cases of PARAM-1 and MHA-1..4 cover both
+# widths, both with and without biases, and the pair (MHA-5 is one fixed example; MHA-6's grouped
+# heads run the sizes of its rows only, conformance/test_gqa.py).
+DIMENSIONS.update({"head_widths": ("d_k=d_v=1", "wider"), "projection_bias": ("none", "with")})
+for _clause in ("PARAM-1", "MHA-1", "MHA-2", "MHA-3", "MHA-4"):
+    SPACES[_clause] = SPACES[_clause]._replace(
+        dimensions=SPACES[_clause].dimensions + ("head_widths", "projection_bias"))
+# -- end of the width and bias dimensions ------------------------------------------------------
 
 
 def fixed_fields(space: Space, shape) -> dict:
@@ -435,6 +448,11 @@ def _feature_fields(row: Mapping[str, str], shape) -> dict:
         kw["heads"] = 1 if row["heads"] == "1" else max(2, shape.heads)
     if "width" in row:
         kw["d_k"] = 1 if row["width"] == "1" else max(2, shape.d_k)
+    if "head_widths" in row:
+        one = row["head_widths"] == "d_k=d_v=1"
+        kw.update(d_k=1 if one else max(2, shape.d_k), d_v=1 if one else max(2, shape.d_v))
+    if "projection_bias" in row:
+        kw["use_bias"] = row["projection_bias"] == "with"
     group = row.get("group")
     if group == "1<g<h":
         kw.update(heads=4, kv_heads=2)
@@ -601,7 +619,9 @@ def _sizes(spec: CaseSpec) -> dict[str, str]:
     zero = "+".join(n for n in ("batch", "len_q", "len_k") if getattr(spec, n) == 0) or "none"
     g, h = features.kv_heads(spec), spec.heads
     return {"zero": zero, "heads": "1" if h == 1 else ">1", "width": "1" if spec.d_k == 1 else ">1",
-            "group": "g=h" if g == h else "g=1" if g == 1 else "1<g<h"}
+            "group": "g=h" if g == h else "g=1" if g == 1 else "1<g<h",
+            "head_widths": "d_k=d_v=1" if spec.d_k == spec.d_v == 1 else "wider",
+            "projection_bias": "with" if spec.use_bias else "none"}
 
 
 def _features(spec: CaseSpec) -> dict[str, str]:

@@ -1,7 +1,17 @@
 """The mhaspec pytest plugin (registered through the ``pytest11`` entry point).
 
-* ``--backend NAME|module:attr`` (repeatable) chooses the backends; default: every registered
-  in-repo backend whose framework imports.
+**Inert unless the run asks for mhaspec.** Installed, the plugin is loaded into every pytest run
+of the environment; it acts only when the run names the suite (``--pyargs mhaspec.conformance``,
+a path inside the suite's folder), passes an ``--mhaspec-...`` option or ``-p mhaspec``, or is
+the runner's in-process run (the rule: :mod:`.activation`). In any other run it removes itself
+once the initial conftests are loaded: no Hypothesis profile, no markers, no parametrization, no
+option (not even in ``--help``). Its options are all ``--mhaspec-...``; where the plugin is
+active, the short spellings ``--backend`` and ``--framework`` are added too, unless a conftest or
+another plugin already defines them (then only the ``--mhaspec-`` spelling selects backends).
+
+* ``--mhaspec-backend NAME|module:attr`` (repeatable; short: ``--backend``) chooses the backends;
+  default: every registered in-repo backend whose framework imports. ``--mhaspec-framework NAME``
+  (short: ``--framework``) keeps the registered backends of that framework.
 * ``--mhaspec-profile dev|ci|certify|triage`` chooses the Hypothesis profile (``ci`` is
   derandomized; ``triage`` is ``ci`` without shrinking).
 * ``--mhaspec-report FILE.json`` writes every result with its clause, backend, device and dtype.
@@ -26,7 +36,7 @@ The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the
 settings the suite reads; each test's state is one record in its ``item.stash``
 (:mod:`.item_state`). A program that runs pytest in-process
 (``mhaspec.runner``) may register a plugin object named :data:`PROVIDER` with a ``backends``
-attribute (already loaded backend objects, used instead of ``--backend``) and read the collector
+attribute (already loaded backend objects, used instead of ``--mhaspec-backend``) and read the collector
 afterwards. Verdicts come from :mod:`mhaspec.conformance.verdicts`.
 
 Each conformance test names its clause(s) with ``@pytest.mark.clause("MASK-9")`` and the
@@ -41,9 +51,11 @@ is a usage error.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings, statistics
@@ -52,7 +64,7 @@ from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 from mhaspec.backends import loadable, registered_backends
 from mhaspec.spec import load as load_spec
 
-from . import cell, clause_capabilities, conditions, expect, results, scheduling, strategies
+from . import activation, cell, clause_capabilities, conditions, expect, results, scheduling, strategies
 from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
 from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
@@ -82,17 +94,56 @@ for _name, _kw in PROFILES.items():
 
 CONFORMANCE_DIR = pathlib.Path(__file__).parent
 BACKENDS_KEY = pytest.StashKey[list]()
+#: the option group of the suite's options
+GROUP = "mhaspec"
+#: the repeatable options naming what to run: option -> (dest, argparse keywords)
+LISTS = {
+    "--mhaspec-backend": ("mhaspec_backend", dict(
+        action="append", default=[], metavar="NAME|module:attr",
+        help="backend to check (repeatable); default: every registered in-repo backend "
+             "(short: --backend)")),
+    "--mhaspec-framework": ("mhaspec_framework", dict(
+        action="append", default=[], metavar="NAME",
+        help="only registered backends of this framework (numpy, torch, jax, tensorflow, "
+             "keras); repeatable (short: --framework)")),
+}
+#: short spelling -> the option it stands for, added where the plugin is active and the
+#: spelling is free
+SHORT = {"--backend": "--mhaspec-backend", "--framework": "--mhaspec-framework"}
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args):
+    """After the initial conftests: remove this plugin from a run that does not ask for mhaspec
+    (:mod:`.activation`); in one that does, add the suite's options (:func:`add_options`) and
+    the short spellings no conftest or other plugin defines."""
+    result = yield
+    known = early_config.known_args_namespace
+    if not activation.asks_for_mhaspec(
+            args, test_args=getattr(known, "file_or_dir", None) or [],
+            plugins=getattr(known, "plugins", None) or [],
+            invocation_dir=early_config.invocation_params.dir, suite_dir=CONFORMANCE_DIR,
+            provided=early_config.pluginmanager.get_plugin(PROVIDER) is not None):
+        early_config.pluginmanager.unregister(sys.modules[__name__])
+        return result
+    add_options(parser)
+    group = parser.getgroup(GROUP)
+    for short, full in SHORT.items():
+        dest, kwargs = LISTS[full]
+        try:
+            group.addoption(short, dest=dest, **{**kwargs, "help": f"the same as {full}"})
+        except (ValueError, argparse.ArgumentError):  # defined by a conftest or another plugin
+            pass
+    return result
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("mhaspec", "mhaspec conformance")
-    group.addoption("--backend", action="append", default=[], metavar="NAME|module:attr",
-                    help="backend to check (repeatable); default: every registered in-repo backend")
-    group.addoption("--framework", action="append", default=[], metavar="NAME",
-                    help="only registered backends of this framework (numpy, torch, jax, "
-                         "tensorflow, keras); repeatable")
+def add_options(parser: pytest.Parser) -> None:
+    """The suite's ``--mhaspec-...`` options, added only to a run that asks for mhaspec (a run that
+    does not shows none, not even in ``--help``: ``pytest --pyargs mhaspec.conformance --help``
+    lists them)."""
+    group = parser.getgroup(GROUP, "mhaspec conformance")
+    for name, (dest, kwargs) in LISTS.items():
+        group.addoption(name, dest=dest, **kwargs)
     group.addoption("--mhaspec-profile", default=None, choices=sorted(PROFILES),
                     help="Hypothesis profile: dev (default), ci (derandomized), certify (thorough), "
                          "triage (ci without shrinking)")
@@ -152,20 +203,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _backends(config: pytest.Config, refs: dict[str, str]) -> list:
-    """The backends of this run: those a :data:`PROVIDER` plugin hands over, then ``--backend``
-    references (or, without either, every registered backend whose framework imports)."""
+    """The backends of this run: those a :data:`PROVIDER` plugin hands over, then
+    ``--mhaspec-backend`` references (or, without either, every registered backend whose framework imports)."""
     provider = config.pluginmanager.get_plugin(PROVIDER)
     loaded = list(getattr(provider, "backends", []))
     refs.update({b.name: getattr(provider, "refs", {}).get(b.name, b.name) for b in loaded})
-    given = config.getoption("--backend")
-    frameworks = set(config.getoption("--framework"))
+    given = config.getoption("--mhaspec-backend")
+    frameworks = set(config.getoption("--mhaspec-framework"))
     provided = set(getattr(provider, "refs", {}).values())
     wanted = [r for r in given if r not in provided] or ([] if loaded or given else
                                                           list(registered_backends()))
     found = loadable(wanted)
     if given and found.failures:
         raise pytest.UsageError(next(iter(found.failures.values())))
-    # without --backend, a backend whose framework is not installed is left out: `--backend` it
+    # without --mhaspec-backend, a backend whose framework is not installed is left out: name it
     # explicitly to see why
     for ref, backend in found.backends.items():
         if frameworks and backend.framework not in frameworks:

@@ -18,7 +18,7 @@ import sys
 import jsonschema
 import pytest
 
-from mhaspec import certificate
+from mhaspec import certificate, suite_files
 from mhaspec.conformance.verdicts import BACKEND_VERDICTS, CLAUSE_VERDICTS
 
 DOCS_PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "backends.md"
@@ -92,6 +92,8 @@ def test_certificate_validates_against_the_schema(certified):
     assert 0 < cert["hypothesis"]["examples"] <= 8 * sum(c["runs"] for c in cert["clauses"])
     assert cert["hypothesis"]["backend_calls"] > 0
     assert cert["backend"]["ref"] == "minimal_backend:BACKEND"
+    # the suite's own files, identified with or without a git checkout (mhaspec.suite_files)
+    assert cert["suite"]["files_sha256"] == suite_files.digest()
     verdicts = {c["id"]: c["verdict"] for c in cert["clauses"]}
     assert verdicts["SDPA-1"] == verdicts["HEAD-1"] == "pass"
     assert verdicts["MASK-1"] == verdicts["MHA-1"] == "not-implemented"  # not claimed: never a pass

@@ -67,9 +67,12 @@ def test_impossible_rows_are_not_required():
 
 def test_free_sizes_draw_the_case_of_a_row():
     """Off the ci menu (the dev and certify profiles) a row's sizes come from the length menu."""
-    from hypothesis import given, settings
+    from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=5, derandomize=True, database=None)
+    # the suite's own plugin (and its profile) is not active in the project's tests: slow draws
+    # (a case is built and its rows observed) are expected here, as in the suite's profiles
+    @settings(max_examples=5, derandomize=True, database=None, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow])
     @given(spec=conditions.specs("GRAD-7"))
     def draw(spec):
         assert spec.len_q in conditions.SIZES and spec.len_k in conditions.SIZES

@@ -25,9 +25,13 @@ def _load(name):
     from mhaspec.backends import BackendLoadError, load_backend
 
     try:
-        return load_backend(name)
+        backend = load_backend(name)
+        backend.devices()  # imports its framework
     except BackendLoadError as e:
         pytest.skip(str(e))
+    except ImportError as e:  # its framework is not installed
+        pytest.skip(f"{name}: {e}")
+    return backend
 
 
 def _judge(backend):

@@ -269,6 +269,16 @@ def backend_process(cert: dict) -> str:
             f"{run.get('backend_restarts', 0)} times after a hang or a crash)")
 
 
+def suite_identity(suite: dict) -> str:
+    """The suite's code as a certificate names it: its git commit, else the SHA-256 of its
+    installed files (:mod:`mhaspec.suite_files`; an install outside a checkout), else unknown."""
+    if suite.get("git_commit"):
+        return f"commit {suite['git_commit']}"
+    if suite.get("files_sha256"):
+        return f"files SHA-256 {suite['files_sha256']}"
+    return "commit unknown"
+
+
 def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
     """The commit of mhaspec's own checkout, or None when mhaspec is not run from one.
 
@@ -422,13 +432,13 @@ def to_markdown(cert: dict) -> str:
     device_names = ", ".join(f"{md_text(d)}: {md_text(v['name'])}" for d, v in devices.items())
     device_dtypes = "; ".join(f"{md_text(d)}: " + ", ".join(v["dtypes"]) for d, v in devices.items())
     hyp = cert["hypothesis"]
-    commit = cert["suite"]["git_commit"] or "unknown"
+    commit = suite_identity(cert["suite"])
     from mhaspec import coverage
 
     claimed = ", ".join(md_text(c) for c in b.get("capabilities", [])) or "none"
     lines = [f"# mhaspec certificate: {md_text(b['name'])}", "",
              f"**Verdict: {coverage.headline(cert)}** (suite {md_text(cert['suite']['version'])}, "
-             f"commit {md_text(commit)}), for the capabilities it claims: {claimed}.", "",
+             f"{md_text(commit)}), for the capabilities it claims: {claimed}.", "",
              "| | |", "|---|---|",
              f"| covers | {coverage.summary(coverage.of(cert))} |",
              f"| backend | {md_text(b['name'])} ({md_text(b['ref'])}) |",

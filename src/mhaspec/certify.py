@@ -30,6 +30,7 @@ import time
 
 from mhaspec import __version__, certificate, installed_version, runner, sealed
 from mhaspec.usage import UsageError, one_line, printable, writable_dir, writable_file
+from mhaspec import suite_files
 
 DEFAULT_PROFILE = "certify"
 #: pytest-xdist off: its workers would load the backend themselves, inside judging processes
@@ -217,7 +218,8 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     body = {
         "schema": certificate.SCHEMA_ID,
         "spec": {"name": spec.name, "version": spec.version, "status": spec.status},
-        "suite": {"version": suite_version, "git_commit": certificate.git_commit()},
+        "suite": {"version": suite_version, "git_commit": certificate.git_commit(),
+                  "files_sha256": suite_files.digest()},
         "backend": {"ref": ref, "name": backend.name, "framework": backend.framework,
                     "framework_version": str(backend.framework_version()),
                     "protocol_version": int(getattr(backend, "protocol_version", 1)),

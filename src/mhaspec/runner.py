@@ -51,11 +51,12 @@ def suite_args(*, backends: Iterable[str] = (), profile: str | None = None, dtyp
                seed: int | None = None, examples: int | None = None, shapes: str | None = None,
                report: str | os.PathLike | None = None, failures: str | os.PathLike | None = None,
                call_timeout: float | None = None, extra: Iterable[str] = ()) -> list[str]:
-    """The pytest arguments of one run of the conformance suite (``--backend`` per reference;
+    """The pytest arguments of one run of the conformance suite (``--mhaspec-backend`` per
+    reference; the plugin's own spellings, never the short ``--backend`` a conftest may own;
     None leaves an option at the plugin's default; ``extra`` goes last)."""
     args = list(BASE_ARGS)
     for ref in backends:
-        args += ["--backend", ref]
+        args += ["--mhaspec-backend", ref]
     options = [("--mhaspec-profile", profile), ("--mhaspec-dtypes", dtypes),
                ("--mhaspec-examples", examples), ("--mhaspec-shapes", shapes),
                ("--mhaspec-report", report), ("--mhaspec-failures", failures),
@@ -143,7 +144,8 @@ class _Provider:
         if self.only and others:
             raise pytest.UsageError(
                 f"the run selects other backends besides {', '.join(sorted(mine))}: "
-                f"{', '.join(others)} (remove --backend/--framework from the pytest arguments)")
+                f"{', '.join(others)} (remove --mhaspec-backend/--mhaspec-framework, or their short "
+                f"spellings --backend/--framework, from the pytest arguments)")
 
 
 class InProcessRun(NamedTuple):
