@@ -15,10 +15,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mhaspec.spec import oracle
+from mhaspec.backends.claim_readers import OPS, cell_deviations, op_deviations
+from mhaspec.spec import oracle, oracle_vjp
 
 from . import governed, tolerance
-from .cell import OPS, Cell, Result, cell_deviations, op_deviations
+from .cell import Cell, Result
 from .item_state import record_ratio, running_clauses
 from .strategies import Case, CaseSpec, build_case
 
@@ -72,8 +73,6 @@ def _oracle_with_sinks(case: Case, precision: str, kw: dict) -> Result:
     """The sdpa oracle with ``kw["sinks"]`` (``oracle_vjp.attention_with_sinks``); NUM-3's
     condition is that of the call without sinks or the largest |sink|, whichever is larger.
     The sequential float32 order is float32's (the sink oracle has one summation order)."""
-    from mhaspec.spec import oracle_vjp
-
     kw = dict(kw)
     sinks, _ = kw.pop("sinks"), kw.pop("lse", None)
     res = oracle_vjp.attention_with_sinks(case.q, case.k, case.v, sinks=sinks,

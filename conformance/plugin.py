@@ -18,7 +18,7 @@ A failed result carries a readable ``message`` (:func:`results.readable_failure`
 replay line and whether it was shrunk; the terminal summary groups failures by likely cause
 (:func:`verdicts.failure_groups`). A test may name a clause only if it requires the capabilities
 the clause needs (:mod:`clause_capabilities`); a backend may scope capabilities and deviations to
-one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys; :func:`cell.op_capabilities`).
+one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys; :func:`~mhaspec.backends.claim_readers.op_capabilities`).
 
 The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the
 :class:`~.results.Collector` (results, not-run records, progress: the result model, in
@@ -50,6 +50,7 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
 from mhaspec.backends import loadable, registered_backends
+from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
 from mhaspec.spec import load as load_spec
 
 from . import cell, clause_capabilities, conditions, expect, results, scheduling, strategies
@@ -58,7 +59,6 @@ from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
 #: how the reason of the suite's own xfail mark, a declared deviation, starts
 DECLARED = "declared deviation: "
-OPS = cell.OPS
 #: seconds a backend call may take unless ``--mhaspec-call-timeout`` says otherwise
 DEFAULT_CALL_TIMEOUT = 60.0
 #: name under which an in-process runner registers its plugin object providing loaded backends
@@ -182,8 +182,8 @@ def operation_of(op: str | None, needs: set[str]) -> str | None:
 
 
 def _scoped(backend, op: str | None) -> frozenset:
-    """:func:`cell.op_capabilities`, refused when it claims more than ``capabilities``."""
-    scoped = cell.op_capabilities(backend, op)
+    """:func:`~mhaspec.backends.claim_readers.op_capabilities`, refused when it claims more than ``capabilities``."""
+    scoped = op_capabilities(backend, op)
     extra = sorted(scoped - set(backend.capabilities))
     if extra:
         raise pytest.UsageError(f"backend {backend.name}: capabilities_for({op!r}) claims {extra}, "
@@ -206,7 +206,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
-                deviations = cell.op_deviations(cell.cell_deviations(backend, device, dtype),
+                deviations = op_deviations(cell_deviations(backend, device, dtype),
                                                      scope)
                 declared = [c for c in clauses if c in deviations]
                 if only and dtype not in only:
@@ -459,7 +459,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         if report.when == "call":  # the rows of each clause's condition space its cases held,
             # and the values a capability the backend does not claim kept out (not implemented)
             params = item.callspec.params
-            claims = cell.op_capabilities(params["impl"].backend, params.get("op"))
+            claims = op_capabilities(params["impl"].backend, params.get("op"))
             info["conditions"] = conditions.ran(state, record["clauses"])
             info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims,
                                                                       state)

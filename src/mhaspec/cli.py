@@ -20,7 +20,8 @@ import os
 import pathlib
 import sys
 
-from mhaspec import __version__, certificate, coverage
+from mhaspec import __version__, certificate, certificate_markdown, coverage
+from mhaspec import backends
 from mhaspec.usage import (ArgumentParser, UsageError, checked_backend, install_hint, one_line,
                            printable, read_bounded)
 
@@ -81,7 +82,7 @@ def cmd_verify(args) -> int:
             text = read_bounded(md, args.max_bytes, "Markdown file").decode("utf-8")
         except UnicodeDecodeError as exc:
             raise UsageError(f"cannot read {printable(md)}: {one_line(exc)}") from None
-        if text != certificate.to_markdown(cert):
+        if text != certificate_markdown.to_markdown(cert):
             raise UsageError(f"{printable(md)} is not the Markdown rendering of {printable(path)}")
         lines.append(f"markdown: {printable(md)} is the rendering of the JSON")
     if args.signature:
@@ -132,10 +133,8 @@ def cmd_replay(args) -> int:
 
 
 def cmd_backends(args) -> int:
-    from mhaspec.backends import registered_backends
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up log, not a reason
-    rows = sorted(registered_backends().items())
+    rows = sorted(backends.registered_backends().items())
     name_width = max((len(printable(n)) for n, _ in rows), default=0)
     target_width = max((len(printable(t)) for _, t in rows), default=0)
     for name, target in rows:
