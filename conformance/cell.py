@@ -28,6 +28,10 @@ from . import conditions, features, governed
 from .item_state import run_settings, running, running_clauses, running_requirements
 from .strategies import Case, CaseSpec, build_case
 
+#: the test argument the plugin gives a :class:`Cell` as; tests written with ``impl``, its former
+#: name, are given the same object under that name (deprecated: write ``cell``)
+ARGUMENT, FORMER_ARGUMENT = "cell", "impl"
+
 
 class Result(NamedTuple):
     """A backend's output and weights as float NumPy arrays (weights None when not returned);
@@ -139,6 +143,13 @@ class Cell(NamedTuple):
                 assert on == self.device, f"result computed on {on!r}, not on {self.device!r}"
         got = {k: None if x is None else self.backend.to_numpy(x) for k, x in parts.items()}
         return Result(got.pop("output"), got.pop("weights"), **got)
+
+
+def of_item(item) -> Cell | None:
+    """The :class:`Cell` a conformance test item runs in; None for other items."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    found = params.get(ARGUMENT, params.get(FORMER_ARGUMENT))
+    return found if isinstance(found, Cell) else None
 
 
 def run(impl: Cell, op: str, case: Case, **overrides) -> Result:

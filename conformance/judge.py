@@ -167,6 +167,7 @@ def lse_for_comparison(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
 
 def _exact(got: np.ndarray, want: np.ndarray) -> tolerance.Comparison:
     """Integer results (present_lengths, CACHE-1): equal or not."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
         raise AssertionError(f"shape {got.shape} where the spec requires {want.shape}")
@@ -189,6 +190,7 @@ def check(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
     Non-finite oracle results (NUM-6) must be non-finite in ``got`` too; weight rows whose oracle
     row is not finite are not compared (NUM-6 leaves them free). A result of the wrong shape
     raises ``AssertionError`` naming both shapes."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     overrides = overrides or {}
     ref = ref or reference(case, op, impl.dtype, overrides)
     expected, naive = ref.expected, ref.naive

@@ -30,8 +30,8 @@ attribute (already loaded backend objects, used instead of ``--backend``) and re
 afterwards. Verdicts come from :mod:`mhaspec.conformance.verdicts`.
 
 Each conformance test names its clause(s) with ``@pytest.mark.clause("MASK-9")`` and the
-capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametrizes the ``impl``
-argument over backend x device x dtype. Skips and deviations are data, applied here as marks:
+capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametrizes the ``cell``
+argument (``impl``, its former name, still works) over backend x device x dtype. Skips and deviations are data, applied here as marks:
 an unclaimed capability is skipped as "not implemented", an absent device is skipped with its
 reason, and a clause the backend declares a deviation from is ``xfail(strict=True)`` — so a
 declaration that no longer deviates fails as stale. Any other xfail (``pytest.xfail()`` raised by a
@@ -238,21 +238,25 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``impl`` (and ``op``: "sdpa" / "mha", each needing its capability)."""
-    if "impl" not in metafunc.fixturenames:
+    """Parametrize ``cell`` (:data:`.cell.ARGUMENT`; a test that still names it ``impl`` is
+    given the same object under that name) and ``op``: "sdpa" / "mha", each needing its
+    capability."""
+    name = next((n for n in (cell.ARGUMENT, cell.FORMER_ARGUMENT) if n in metafunc.fixturenames),
+                None)
+    if name is None:
         return
     backends = metafunc.config.stash[BACKENDS_KEY]
     if "op" in metafunc.fixturenames:
-        metafunc.parametrize(("impl", "op"), [p for op in OPS for p in _impl_params(metafunc, backends, op)])
+        metafunc.parametrize((name, "op"), [p for op in OPS for p in _impl_params(metafunc, backends, op)])
     else:
-        metafunc.parametrize("impl", _impl_params(metafunc, backends))
+        metafunc.parametrize(name, _impl_params(metafunc, backends))
 
 
 def _record(item: pytest.Item, why: str = "") -> dict | None:
     """The not-run record of a conformance test item (None for other items)."""
-    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    impl = cell.of_item(item)
     clauses = [c for m in item.iter_markers("clause") for c in m.args]
-    if not isinstance(impl, cell.Cell) or not clauses:
+    if impl is None or not clauses:
         return None
     return {"backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
             "clauses": clauses, "test": item.nodeid.split("::")[-1], "why": why}
@@ -402,13 +406,13 @@ def _no_shrink_after_a_failure(item: pytest.Item, state):
     failed test and ``--mhaspec-shrink-all`` is not given; returns what undoes it. The settings
     are the wrapped test's own, read by Hypothesis when the test is called."""
     collector = item.config.stash.get(COLLECTOR_KEY, None)
-    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    impl = cell.of_item(item)
     test = getattr(item, "obj", None)
     own = getattr(test, "_hypothesis_internal_use_settings", None)
     # True: may shrink; False: not shrunk after an earlier failure; None: nothing to shrink (not a
     # Hypothesis test, or a profile without shrinking such as triage)
     state.shrink = True if own is not None and Phase.shrink in own.phases else None
-    if (collector is None or collector.shrink_all or not isinstance(impl, cell.Cell) or own is None
+    if (collector is None or collector.shrink_all or impl is None or own is None
             or (impl.backend.name, impl.device, impl.dtype) not in collector.failed_cells
             or Phase.shrink not in own.phases):
         return lambda: None
@@ -454,12 +458,11 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if record is not None:
         del record["why"]
         info = {**record, "ratios": state.ratios, "calls": state.calls, "examples": state.examples,
-                "validated_by_adapter": _validated_by_adapter(item.callspec.params["impl"].backend,
+                "validated_by_adapter": _validated_by_adapter(cell.of_item(item).backend,
                                                               record["clauses"])}
         if report.when == "call":  # the rows of each clause's condition space its cases held,
             # and the values a capability the backend does not claim kept out (not implemented)
-            params = item.callspec.params
-            claims = op_capabilities(params["impl"].backend, params.get("op"))
+            claims = op_capabilities(cell.of_item(item).backend, item.callspec.params.get("op"))
             info["conditions"] = conditions.ran(state, record["clauses"])
             info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims,
                                                                       state)
