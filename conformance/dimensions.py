@@ -3,8 +3,8 @@ certificate's "Conditions that ran" table lists (:mod:`mhaspec.certificate_markd
 without the suite (no pytest, no Hypothesis).
 
 :mod:`.conditions` declares the spaces over these dimensions (its own ``DIMENSIONS`` must equal
-this one: tests/test_certificate_markdown.py checks it); when conditions.py is split into one module per job,
-it imports this one instead.
+this one: tests/test_certificate_markdown.py checks it); when conditions.py is split into one
+module per job, it imports this one instead.
 """
 
 from __future__ import annotations

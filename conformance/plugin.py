@@ -18,7 +18,8 @@ A failed result carries a readable ``message`` (:func:`results.readable_failure`
 replay line and whether it was shrunk; the terminal summary groups failures by likely cause
 (:func:`verdicts.failure_groups`). A test may name a clause only if it requires the capabilities
 the clause needs (:mod:`clause_capabilities`); a backend may scope capabilities and deviations to
-one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys; :func:`~mhaspec.backends.claim_readers.op_capabilities`).
+one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys;
+:func:`~mhaspec.backends.claim_readers.op_capabilities`).
 
 The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the
 :class:`~.results.Collector` (results, not-run records, progress: the result model, in
@@ -31,10 +32,10 @@ afterwards. Verdicts come from :mod:`mhaspec.conformance.verdicts`.
 
 Each conformance test names its clause(s) with ``@pytest.mark.clause("MASK-9")`` and the
 capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametrizes the ``cell``
-argument (``impl``, its former name, still works) over backend x device x dtype. Skips and deviations are data, applied here as marks:
-an unclaimed capability is skipped as "not implemented", an absent device is skipped with its
-reason, and a clause the backend declares a deviation from is ``xfail(strict=True)`` — so a
-declaration that no longer deviates fails as stale. Any other xfail (``pytest.xfail()`` raised by a
+argument (``impl``, its former name, still works) over backend x device x dtype. Skips and
+deviations are data, applied here as marks: an unclaimed capability is skipped as "not
+implemented", an absent device is skipped with its reason, and a clause the backend declares a
+deviation from is ``xfail(strict=True)`` — so a declaration that no longer deviates fails as stale. Any other xfail (``pytest.xfail()`` raised by a
 backend, a mark the suite did not set) is a failure (:func:`foreign_xfail`). A testable clause that no collected test names
 is a usage error.
 """
@@ -182,7 +183,8 @@ def operation_of(op: str | None, needs: set[str]) -> str | None:
 
 
 def _scoped(backend, op: str | None) -> frozenset:
-    """:func:`~mhaspec.backends.claim_readers.op_capabilities`, refused when it claims more than ``capabilities``."""
+    """:func:`~mhaspec.backends.claim_readers.op_capabilities`, refused when it claims more than
+    ``capabilities``."""
     scoped = op_capabilities(backend, op)
     extra = sorted(scoped - set(backend.capabilities))
     if extra:
@@ -191,7 +193,7 @@ def _scoped(backend, op: str | None) -> frozenset:
     return scoped
 
 
-def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
+def _cell_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
     clauses = [c for m in metafunc.definition.iter_markers("clause") for c in m.args]
     needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
     needs |= {op} if op else set()
@@ -238,18 +240,16 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``cell`` (:data:`.cell.ARGUMENT`; a test that still names it ``impl`` is
-    given the same object under that name) and ``op``: "sdpa" / "mha", each needing its
-    capability."""
-    name = next((n for n in (cell.ARGUMENT, cell.FORMER_ARGUMENT) if n in metafunc.fixturenames),
-                None)
-    if name is None:
+    """Parametrize ``cell`` (or ``impl``, its former name) and ``op``: "sdpa" / "mha"."""
+    names = [n for n in (cell.ARGUMENT, cell.FORMER_ARGUMENT) if n in metafunc.fixturenames]
+    if not names:
         return
     backends = metafunc.config.stash[BACKENDS_KEY]
     if "op" in metafunc.fixturenames:
-        metafunc.parametrize((name, "op"), [p for op in OPS for p in _impl_params(metafunc, backends, op)])
+        metafunc.parametrize((names[0], "op"),
+                             [p for op in OPS for p in _cell_params(metafunc, backends, op)])
     else:
-        metafunc.parametrize(name, _impl_params(metafunc, backends))
+        metafunc.parametrize(names[0], _cell_params(metafunc, backends))
 
 
 def _record(item: pytest.Item, why: str = "") -> dict | None:

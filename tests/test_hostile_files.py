@@ -24,7 +24,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from mhaspec import certificate, certificate_markdown, cli
+from mhaspec import certificate, certificate_markdown, certificate_signature, cli
 from mhaspec.conformance import failure_file
 from mhaspec.conformance.clause_capabilities import NEEDS
 from mhaspec.conformance.strategies import CaseSpec, build_case
@@ -859,7 +859,7 @@ def signer(tmp_path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(key)],
                    check=True, capture_output=True)
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f'ci@example.org namespaces="{certificate.SIGNATURE_NAMESPACE}" '
+    allowed.write_text(f'ci@example.org namespaces="{certificate_signature.SIGNATURE_NAMESPACE}" '
                        + key.with_suffix(".pub").read_text("utf-8"), "utf-8")
     return key, allowed
 

@@ -5,7 +5,8 @@ SHA-256 of its canonical body, so an edited copy is detected by :func:`verify`; 
 people (:func:`to_markdown`, every string from the backend escaped). The body is canonical JSON: keys
 sorted, no whitespace, UTF-8. :func:`check_consistency` checks that the recorded verdict follows from
 the recorded clauses and that the clauses are exactly those of a released spec version. Neither says
-who issued a certificate: that is what a detached signature (``mhaspec sign``) is for.
+who issued a certificate: that is what a detached signature (``mhaspec sign``,
+:mod:`mhaspec.certificate_signature`) is for.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import datetime
 import hashlib
 import json
 import math
-import os
 import pathlib
 import platform
 import re
@@ -32,8 +32,6 @@ from mhaspec.spec import load
 SCHEMA_ID = "mhaspec-certificate/1"
 #: Largest certificate ``verify`` reads, in bytes (a certificate is about 30 KB).
 MAX_BYTES = 16 * 2**20
-#: The namespace of OpenSSH signatures over certificates (``ssh-keygen -Y sign -n ...``).
-SIGNATURE_NAMESPACE = "mhaspec-certificate"
 
 
 class CertificateError(ValueError):
@@ -347,50 +345,6 @@ def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
     if len(lines) != 2 or pathlib.Path(lines[0]).resolve() != root:
         return None
     return lines[1]
-
-
-def signature_path(path: pathlib.Path) -> pathlib.Path:
-    """Where :func:`sign` writes the detached signature of the certificate ``path``."""
-    return pathlib.Path(f"{path}.sig")
-
-
-def sign(path: pathlib.Path, key: pathlib.Path) -> pathlib.Path:
-    """Sign the certificate file ``path`` with the OpenSSH private ``key``; returns the detached
-    signature :func:`signature_path` (``ssh-keygen -Y sign -n mhaspec-certificate``). An existing
-    signature file is refused (ssh-keygen would keep it): the caller removes it first."""
-    sig = signature_path(path)
-    if os.path.lexists(sig):
-        raise CertificateError(f"{sig} exists: remove it first")
-    # an absolute path: a file named like an option ("-h") stays a file name
-    _ssh_keygen("-Y", "sign", "-f", str(key), "-n", SIGNATURE_NAMESPACE, str(path.absolute()))
-    if not sig.is_file():
-        raise CertificateError(f"ssh-keygen reported success but wrote no {sig}")
-    return sig
-
-
-def check_signature(data: bytes, signature: pathlib.Path, allowed_signers: pathlib.Path,
-                    identity: str) -> str:
-    """Check the detached OpenSSH ``signature`` over the certificate bytes ``data`` against the
-    keys ``allowed_signers`` lists for ``identity``; returns ssh-keygen's one-line report or raises
-    :class:`CertificateError`."""
-    return _ssh_keygen("-Y", "verify", "-f", str(allowed_signers), "-I", identity,
-                       "-n", SIGNATURE_NAMESPACE, "-s", str(signature), stdin=data)
-
-
-def _ssh_keygen(*args: str, stdin: bytes | None = None) -> str:
-    try:
-        out = subprocess.run(["ssh-keygen", *args], input=stdin, capture_output=True, timeout=60,
-                             stdin=None if stdin is not None else subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise CertificateError("ssh-keygen (OpenSSH 8.1 or later) is needed for signatures and "
-                               "was not found") from None
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise CertificateError(f"ssh-keygen failed: {exc}") from None
-    text = " ".join((out.stdout + out.stderr).decode("utf-8", "replace").split())
-    if out.returncode != 0:
-        raise CertificateError(f"ssh-keygen {args[1]} failed: "
-                               f"{text or f'exit status {out.returncode}'}")
-    return text
 
 
 def spec_status(version: str) -> str:
