@@ -62,9 +62,6 @@ class Projections(NamedTuple):
 HF_BERT = Projections("self.query", "self.key", "self.value", "output.dense")
 #: Equinox ``eqx.nn.MultiheadAttention`` (each an ``eqx.nn.Linear``, weight ``(out, in)``).
 EQUINOX = Projections("query_proj", "key_proj", "value_proj", "output_proj")
-#: Flax ``nnx.MultiHeadAttention`` / ``linen.MultiHeadDotProductAttention`` (``LinearGeneral`` /
-#: ``DenseGeneral``: use :func:`to_einsum` for their kernels).
-FLAX = Projections("query", "key", "value", "out")
 
 
 def has_bias(params: MHAParams) -> bool:

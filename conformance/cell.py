@@ -6,74 +6,31 @@ Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 :func:`run` runs an operation on a :class:`~mhaspec.conformance.strategies.Case` and returns NumPy
 results (:class:`Result`); :meth:`Cell.call` is the one place a backend method is called (the
 per-call time limit, the call count, the device check). :func:`fit` drops what a backend does not
-claim from a case; :func:`op_capabilities` and :func:`op_deviations` read a backend's claims for
-one operation.
+claim from a case.
 
 Per-call time limit: a backend call that runs longer than the run's limit (the plugin's
-``--mhaspec-call-timeout``) raises :class:`CallTimeout`, naming the limit. In the main thread (pytest
-and its xdist workers run tests there) the limit is a ``SIGALRM`` timer (``setitimer``), which
-interrupts Python code, ``time.sleep`` and blocking waits of the backend; elsewhere the call runs
-in a daemon thread joined with the limit (the thread is abandoned, the test fails). A call stuck in
-C code that never returns to the interpreter is only interrupted by the thread form.
-:class:`CallTimeout` derives from ``BaseException`` so that neither a backend's ``except
-Exception`` nor Hypothesis's shrinking (which would repeat the slow call) swallows it: the test
-fails at once.
+``--mhaspec-call-timeout``) raises :class:`~mhaspec.backends.call_limit.CallTimeout`, naming the
+limit (:mod:`mhaspec.backends.call_limit`); the claim readers are
+:mod:`mhaspec.backends.claim_readers`.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from mhaspec.backends import AttentionOutputs, MHAParams
+from mhaspec.backends.call_limit import call_with_limit
+from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
 
 from . import conditions, features, governed
 from .item_state import run_settings, running, running_clauses, running_requirements
 from .strategies import Case, CaseSpec, build_case
 
-OPS = ("sdpa", "mha")
-
-
-class CallTimeout(BaseException):
-    """A backend call ran past the per-call time limit (see the module docstring)."""
-
-
-def call_with_limit(fn, seconds: float | None, what: str):
-    """``fn()``, raising :class:`CallTimeout` naming ``what`` and the limit after ``seconds``."""
-    if not seconds:
-        return fn()
-    message = (f"{what} did not return within the per-call time limit of {seconds:g} s "
-               f"(--mhaspec-call-timeout)")
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-        def alarm(signum, frame):
-            raise CallTimeout(message)
-
-        previous = signal.signal(signal.SIGALRM, alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            return fn()
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, daemon=True, name="mhaspec-call")
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise CallTimeout(message)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+#: the test argument the plugin gives a :class:`Cell` as; tests written with ``impl``, its former
+#: name, are given the same object under that name (deprecated: write ``cell``)
+ARGUMENT, FORMER_ARGUMENT = "cell", "impl"
 
 
 class Result(NamedTuple):
@@ -188,6 +145,13 @@ class Cell(NamedTuple):
         return Result(got.pop("output"), got.pop("weights"), **got)
 
 
+def of_item(item) -> Cell | None:
+    """The :class:`Cell` a conformance test item runs in; None for other items."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    found = params.get(ARGUMENT, params.get(FORMER_ARGUMENT))
+    return found if isinstance(found, Cell) else None
+
+
 def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
     """Run ``op`` ("sdpa": scaled_dot_product_attention on q, k, v; "mha": multi_head_attention on
     query, key, value and the parameters) of ``impl`` on ``case``; NumPy results.
@@ -227,33 +191,6 @@ def note(op: str, spec: CaseSpec, **recorded: str) -> None:
     state = running()
     if state is not None:
         conditions.note(state, op, spec, **recorded)
-
-
-def op_capabilities(backend, op: str | None) -> frozenset:
-    """The capabilities ``backend`` claims for operation ``op`` ("sdpa" or "mha"): its optional
-    ``capabilities_for(op)`` where it has one (an attention function and a module of one library
-    differ), else ``capabilities``. ``op`` None: ``capabilities``."""
-    scoped = getattr(backend, "capabilities_for", None)
-    if op is None or scoped is None:
-        return frozenset(backend.capabilities)
-    return frozenset(scoped(op))
-
-
-def cell_deviations(backend, device: str, dtype: str) -> Mapping[str, str]:
-    """The backend's declared deviations for one cell (``deviations_on`` is optional)."""
-    on = getattr(backend, "deviations_on", None)
-    return on(device, dtype) if on is not None else backend.deviations
-
-
-def op_deviations(deviations: Mapping[str, str], op: str | None) -> dict[str, str]:
-    """clause -> reason of the declared ``deviations`` that hold for operation ``op``: keys
-    ``"CLAUSE"`` hold for every operation, ``"CLAUSE@op"`` (e.g. ``"SHAPE-4@mha"``) for ``op`` only."""
-    out = {}
-    for key, reason in deviations.items():
-        clause, _, scope = key.partition("@")
-        if not scope or scope == op:
-            out.setdefault(clause, reason)
-    return out
 
 
 def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:

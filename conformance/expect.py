@@ -26,8 +26,8 @@ def reproducer(impl: Cell, op: str, spec: CaseSpec, overrides: dict | None = Non
     extra = f", overrides={overrides!r}" if overrides else ""
     ref = run_settings().backend_refs.get(impl.backend.name, impl.backend.name)
     return ("from mhaspec.conformance.strategies import CaseSpec\n"
-            "from mhaspec.conformance.replay import replay\n"
-            f"replay({ref!r}, {op!r}, {spec!r}, device={impl.device!r}, "
+            "from mhaspec.conformance.replay import replay_case\n"
+            f"replay_case({ref!r}, {op!r}, {spec!r}, device={impl.device!r}, "
             f"dtype={impl.dtype!r}{extra})")
 
 
@@ -85,6 +85,7 @@ def expect_oracle(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
     """Assert ``got`` agrees with the oracle under NUM-3 (:func:`check`); the message names the
     clause, the part, the error and a reproducer (and the saved case when the run saves them).
     A float64 result whose error NUM-3 would allow in float32 says so (NUM-2's concern)."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     ref = ref or reference(case, op, impl.dtype, overrides or {})
     for what, verdict in check(impl, case, got, op=op, clause=clause, overrides=overrides, ref=ref):
         if not verdict.ok:
@@ -103,6 +104,7 @@ def expect_close(impl: Cell, case: Case, got: np.ndarray, want: np.ndarray, *, a
                  clause: str, what: str, op: str) -> None:
     """Assert two results of the same backend agree within ``allowed`` (a property's bound; one
     that is not finite never passes, :func:`tolerance.within`)."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     error, where = tolerance.max_abs_error(got, want)
     if not tolerance.within(error, allowed):
         record_failure(clause, what, error, max(finite_max_abs(want), 1.0), f"max abs difference "
@@ -136,6 +138,7 @@ def rejection_problem(impl: Cell, op: str, case: Case, names: str | tuple[str, .
 
 def expect_rejections(impl: Cell, op: str, case: Case, clause: str, bad: list[tuple]) -> None:
     """Assert every ``(what, names, overrides)`` of ``bad`` is rejected (:func:`rejection_problem`)."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     problems = [p for what, names, kw in bad
                 if (p := rejection_problem(impl, op, case, names, what, **kw)) is not None]
     assert not problems, f"[{clause}] {impl.id} {op}:\n  " + "\n  ".join(problems)

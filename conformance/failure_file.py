@@ -43,14 +43,14 @@ from typing import Any
 import numpy as np
 
 from mhaspec.backends import ALL_DTYPES
-from mhaspec.spec import oracle
+from mhaspec.backends.claim_readers import OPS
+from mhaspec.spec import SPEC_VERSION, oracle
 
 from . import extremes, features
 from .features import INTEGER_ARRAYS, FeatureArrays, key_length
 from .strategies import Case, CaseSpec
 
 FORMAT = "mhaspec-replay/1"
-OPS = ("sdpa", "mha")
 #: Default cap on the declared (uncompressed) size of all members together, in bytes.
 DEFAULT_MAX_BYTES = 256 * 2**20
 #: Largest metadata member, in bytes (the JSON of one case is about 1 KB).
@@ -113,8 +113,6 @@ def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
     JSON scalars (``causal``, ``scale``, ``num_kv_heads``, a mask cleared with None), not otherwise.
     Inputs that are one array in ``case`` (self-attention, shared key and value) are stored once.
     """
-    from mhaspec.spec import SPEC_VERSION
-
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
@@ -382,8 +380,6 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
     missing = sorted(META_FIELDS - set(meta))
     if unknown or missing:
         raise FailureFileError(f"{path}: metadata fields unknown {unknown}, missing {missing}")
-    from mhaspec.spec import SPEC_VERSION
-
     if meta["spec_version"] != SPEC_VERSION:
         raise FailureFileError(f"{path} was written for spec {meta['spec_version']!r}, this is spec "
                                f"{SPEC_VERSION}: replay it with the matching mhaspec release")

@@ -22,8 +22,10 @@ Stable interface: :func:`run`, :func:`check` and :func:`expect_oracle` keep thei
 
 from __future__ import annotations
 
-from .cell import (OPS, CallTimeout, Cell, Result, cell_deviations, fit, note, op_capabilities,
-                   op_deviations, run)
+from mhaspec.backends.call_limit import CallTimeout
+from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
+
+from .cell import Cell, Result, fit, note, run
 from .expect import (expect_close, expect_oracle, expect_rejections, rejection_problem,
                      reproducer)
 from .judge import (Check, Reference, allowance, check, float32_hint, judge_parts,

@@ -15,10 +15,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mhaspec.spec import oracle
+from mhaspec.backends.claim_readers import OPS, cell_deviations, op_deviations
+from mhaspec.spec import oracle, oracle_vjp
 
 from . import governed, tolerance
-from .cell import OPS, Cell, Result, cell_deviations, op_deviations
+from .cell import Cell, Result
 from .item_state import record_ratio, running_clauses
 from .strategies import Case, CaseSpec, build_case
 
@@ -72,8 +73,6 @@ def _oracle_with_sinks(case: Case, precision: str, kw: dict) -> Result:
     """The sdpa oracle with ``kw["sinks"]`` (``oracle_vjp.attention_with_sinks``); NUM-3's
     condition is that of the call without sinks or the largest |sink|, whichever is larger.
     The sequential float32 order is float32's (the sink oracle has one summation order)."""
-    from mhaspec.spec import oracle_vjp
-
     kw = dict(kw)
     sinks, _ = kw.pop("sinks"), kw.pop("lse", None)
     res = oracle_vjp.attention_with_sinks(case.q, case.k, case.v, sinks=sinks,
@@ -168,6 +167,7 @@ def lse_for_comparison(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
 
 def _exact(got: np.ndarray, want: np.ndarray) -> tolerance.Comparison:
     """Integer results (present_lengths, CACHE-1): equal or not."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
         raise AssertionError(f"shape {got.shape} where the spec requires {want.shape}")
@@ -190,6 +190,7 @@ def check(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
     Non-finite oracle results (NUM-6) must be non-finite in ``got`` too; weight rows whose oracle
     row is not finite are not compared (NUM-6 leaves them free). A result of the wrong shape
     raises ``AssertionError`` naming both shapes."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     overrides = overrides or {}
     ref = ref or reference(case, op, impl.dtype, overrides)
     expected, naive = ref.expected, ref.naive

@@ -28,7 +28,8 @@ A failed result carries a readable ``message`` (:func:`results.readable_failure`
 replay line and whether it was shrunk; the terminal summary groups failures by likely cause
 (:func:`verdicts.failure_groups`). A test may name a clause only if it requires the capabilities
 the clause needs (:mod:`clause_capabilities`); a backend may scope capabilities and deviations to
-one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys; :func:`cell.op_capabilities`).
+one operation (``capabilities_for(op)``, ``"CLAUSE@op"`` keys;
+:func:`~mhaspec.backends.claim_readers.op_capabilities`).
 
 The run's state lives in ``config.stash``: :data:`COLLECTOR_KEY` holds the
 :class:`~.results.Collector` (results, not-run records, progress: the result model, in
@@ -40,11 +41,11 @@ attribute (already loaded backend objects, used instead of ``--mhaspec-backend``
 afterwards. Verdicts come from :mod:`mhaspec.conformance.verdicts`.
 
 Each conformance test names its clause(s) with ``@pytest.mark.clause("MASK-9")`` and the
-capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametrizes the ``impl``
-argument over backend x device x dtype. Skips and deviations are data, applied here as marks:
-an unclaimed capability is skipped as "not implemented", an absent device is skipped with its
-reason, and a clause the backend declares a deviation from is ``xfail(strict=True)`` — so a
-declaration that no longer deviates fails as stale. Any other xfail (``pytest.xfail()`` raised by a
+capability it needs with ``@pytest.mark.requires("sdpa")``. The plugin parametrizes the ``cell``
+argument (``impl``, its former name, still works) over backend x device x dtype. Skips and
+deviations are data, applied here as marks: an unclaimed capability is skipped as "not
+implemented", an absent device is skipped with its reason, and a clause the backend declares a
+deviation from is ``xfail(strict=True)`` — so a declaration that no longer deviates fails as stale. Any other xfail (``pytest.xfail()`` raised by a
 backend, a mark the suite did not set) is a failure (:func:`foreign_xfail`). A testable clause that no collected test names
 is a usage error.
 """
@@ -62,6 +63,7 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
 from mhaspec.backends import loadable, registered_backends
+from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
 from mhaspec.spec import load as load_spec
 
 from . import activation, cell, clause_capabilities, conditions, expect, results, scheduling, strategies
@@ -70,7 +72,6 @@ from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
 #: how the reason of the suite's own xfail mark, a declared deviation, starts
 DECLARED = "declared deviation: "
-OPS = cell.OPS
 #: seconds a backend call may take unless ``--mhaspec-call-timeout`` says otherwise
 DEFAULT_CALL_TIMEOUT = 60.0
 #: name under which an in-process runner registers its plugin object providing loaded backends
@@ -233,8 +234,9 @@ def operation_of(op: str | None, needs: set[str]) -> str | None:
 
 
 def _scoped(backend, op: str | None) -> frozenset:
-    """:func:`cell.op_capabilities`, refused when it claims more than ``capabilities``."""
-    scoped = cell.op_capabilities(backend, op)
+    """:func:`~mhaspec.backends.claim_readers.op_capabilities`, refused when it claims more than
+    ``capabilities``."""
+    scoped = op_capabilities(backend, op)
     extra = sorted(scoped - set(backend.capabilities))
     if extra:
         raise pytest.UsageError(f"backend {backend.name}: capabilities_for({op!r}) claims {extra}, "
@@ -242,7 +244,7 @@ def _scoped(backend, op: str | None) -> frozenset:
     return scoped
 
 
-def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
+def _cell_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
     clauses = [c for m in metafunc.definition.iter_markers("clause") for c in m.args]
     needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
     needs |= {op} if op else set()
@@ -257,7 +259,7 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
         for device, unavailable in backend.devices().items():
             dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
             for dtype in dtypes:
-                deviations = cell.op_deviations(cell.cell_deviations(backend, device, dtype),
+                deviations = op_deviations(cell_deviations(backend, device, dtype),
                                                      scope)
                 declared = [c for c in clauses if c in deviations]
                 if only and dtype not in only:
@@ -289,21 +291,23 @@ def _impl_params(metafunc: pytest.Metafunc, backends: list, op: str | None = Non
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize ``impl`` (and ``op``: "sdpa" / "mha", each needing its capability)."""
-    if "impl" not in metafunc.fixturenames:
+    """Parametrize ``cell`` (or ``impl``, its former name) and ``op``: "sdpa" / "mha"."""
+    names = [n for n in (cell.ARGUMENT, cell.FORMER_ARGUMENT) if n in metafunc.fixturenames]
+    if not names:
         return
     backends = metafunc.config.stash[BACKENDS_KEY]
     if "op" in metafunc.fixturenames:
-        metafunc.parametrize(("impl", "op"), [p for op in OPS for p in _impl_params(metafunc, backends, op)])
+        metafunc.parametrize((names[0], "op"),
+                             [p for op in OPS for p in _cell_params(metafunc, backends, op)])
     else:
-        metafunc.parametrize("impl", _impl_params(metafunc, backends))
+        metafunc.parametrize(names[0], _cell_params(metafunc, backends))
 
 
 def _record(item: pytest.Item, why: str = "") -> dict | None:
     """The not-run record of a conformance test item (None for other items)."""
-    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    impl = cell.of_item(item)
     clauses = [c for m in item.iter_markers("clause") for c in m.args]
-    if not isinstance(impl, cell.Cell) or not clauses:
+    if impl is None or not clauses:
         return None
     return {"backend": impl.backend.name, "device": impl.device, "dtype": impl.dtype,
             "clauses": clauses, "test": item.nodeid.split("::")[-1], "why": why}
@@ -453,13 +457,13 @@ def _no_shrink_after_a_failure(item: pytest.Item, state):
     failed test and ``--mhaspec-shrink-all`` is not given; returns what undoes it. The settings
     are the wrapped test's own, read by Hypothesis when the test is called."""
     collector = item.config.stash.get(COLLECTOR_KEY, None)
-    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
+    impl = cell.of_item(item)
     test = getattr(item, "obj", None)
     own = getattr(test, "_hypothesis_internal_use_settings", None)
     # True: may shrink; False: not shrunk after an earlier failure; None: nothing to shrink (not a
     # Hypothesis test, or a profile without shrinking such as triage)
     state.shrink = True if own is not None and Phase.shrink in own.phases else None
-    if (collector is None or collector.shrink_all or not isinstance(impl, cell.Cell) or own is None
+    if (collector is None or collector.shrink_all or impl is None or own is None
             or (impl.backend.name, impl.device, impl.dtype) not in collector.failed_cells
             or Phase.shrink not in own.phases):
         return lambda: None
@@ -505,12 +509,11 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if record is not None:
         del record["why"]
         info = {**record, "ratios": state.ratios, "calls": state.calls, "examples": state.examples,
-                "validated_by_adapter": _validated_by_adapter(item.callspec.params["impl"].backend,
+                "validated_by_adapter": _validated_by_adapter(cell.of_item(item).backend,
                                                               record["clauses"])}
         if report.when == "call":  # the rows of each clause's condition space its cases held,
             # and the values a capability the backend does not claim kept out (not implemented)
-            params = item.callspec.params
-            claims = cell.op_capabilities(params["impl"].backend, params.get("op"))
+            claims = op_capabilities(cell.of_item(item).backend, item.callspec.params.get("op"))
             info["conditions"] = conditions.ran(state, record["clauses"])
             info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims,
                                                                       state)

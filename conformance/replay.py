@@ -1,6 +1,6 @@
 """Replay one conformance case on one backend and say how far it is from the oracle.
 
-:func:`replay` is what a failure's printed reproducer calls (a case rebuilt from its
+:func:`replay_case` is what a failure's printed reproducer calls (a case rebuilt from its
 :class:`~mhaspec.conformance.strategies.CaseSpec`); ``mhaspec replay`` reruns a saved case (see
 :mod:`mhaspec.conformance.failure_file`) through :func:`judge_case`.
 """
@@ -18,7 +18,7 @@ from . import harness, tolerance
 from .strategies import Case, CaseSpec, build_case
 
 
-def replay(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", dtype: str = "float32",
+def replay_case(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", dtype: str = "float32",
            overrides: dict | None = None) -> list[harness.Check]:
     """Run ``op`` ("sdpa" or "mha") of ``backend`` (name or ``module:attr``) on ``spec``; print and
     return the NUM-3 checks of output and weights."""
@@ -27,6 +27,10 @@ def replay(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", dtype:
     for line in describe(impl.id, op, checks):
         print(line)
     return checks
+
+
+#: the name reproducers printed before spec 1.4 call
+replay = replay_case
 
 
 class Unjudgeable(ValueError):

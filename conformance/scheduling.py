@@ -21,16 +21,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .cell import of_item
+
 #: the pytest-xdist distribution used when workers are asked for (``-n``) without ``--dist``
 DEFAULT_DIST = "worksteal"
 
 
 def cell_of(item) -> tuple[str, str, str] | None:
     """(backend, device, dtype) of a conformance test item; None for other items."""
-    impl = getattr(getattr(item, "callspec", None), "params", {}).get("impl")
-    if impl is None or not hasattr(impl, "backend"):
-        return None
-    return impl.backend.name, impl.device, impl.dtype
+    cell = of_item(item)
+    return None if cell is None else (cell.backend.name, cell.device, cell.dtype)
 
 
 def clause_rank(item, clause_order: dict[str, int]) -> int:

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.requires("alibi")
 @given(spec=feature_specs(require=("alibi",), allow=("softcap", "window", "segments", "cache",
                                                      "lse"),
                           masks=True, key_padding=True, causal=True))
-def test_alibi_adds_minus_slope_times_distance(impl, op, spec):
-    case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="ALIBI-1")
+def test_alibi_adds_minus_slope_times_distance(cell, op, spec):
+    case = cell.case(spec, op)
+    harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="ALIBI-1")
 
 
 def explicit_alibi_bias(case) -> np.ndarray:
@@ -49,31 +49,31 @@ def explicit_alibi_bias(case) -> np.ndarray:
 @pytest.mark.requires("bias")
 @given(spec=feature_specs(require=("alibi",), allow=("segments", "cache"), bias=True,
                           causal=True))
-def test_alibi_equals_its_explicit_bias(impl, op, spec):
-    case = impl.case(spec, op)
-    got = harness.run(impl, op, case)
+def test_alibi_equals_its_explicit_bias(cell, op, spec):
+    case = cell.case(spec, op)
+    got = harness.run(cell, op, case)
     bias = explicit_alibi_bias(case)
     if case.bias is not None:
         bias = bias + case.bias
-    explicit = harness.run(impl, op, case, alibi_slopes=None, alignment=None, bias=bias)
-    out_tol, w_tol = harness.allowance(case, op, impl)
-    harness.expect_close(impl, case, got.out, explicit.out, allowed=2 * out_tol, clause="ALIBI-2",
+    explicit = harness.run(cell, op, case, alibi_slopes=None, alignment=None, bias=bias)
+    out_tol, w_tol = harness.allowance(case, op, cell)
+    harness.expect_close(cell, case, got.out, explicit.out, allowed=2 * out_tol, clause="ALIBI-2",
                          what="output with alibi_slopes vs with its explicit bias", op=op)
     if got.weights is not None and explicit.weights is not None:
-        harness.expect_close(impl, case, got.weights, explicit.weights, allowed=2 * w_tol,
+        harness.expect_close(cell, case, got.weights, explicit.weights, allowed=2 * w_tol,
                              clause="ALIBI-2", what="weights with alibi_slopes vs explicit bias",
                              op=op)
-    harness.expect_oracle(impl, case, got, op=op, clause="ALIBI-2")
+    harness.expect_oracle(cell, case, got, op=op, clause="ALIBI-2")
 
 
 @pytest.mark.clause("ALIBI-3")
 @pytest.mark.requires("errors")
-def test_invalid_slopes_are_rejected(impl, op):
+def test_invalid_slopes_are_rejected(cell, op):
     for spec in conditions.row_specs("ALIBI-3", CaseSpec(seed=81, alignment="top_left"),
                                      keep=("batch", "heads")):
-        case = impl.case(spec, op)
+        case = cell.case(spec, op)
         h, b = spec.heads, spec.batch
-        harness.expect_rejections(impl, op, case, "ALIBI-3", [
+        harness.expect_rejections(cell, op, case, "ALIBI-3", [
             ("h + 1 slopes", "alibi_slopes", {"alibi_slopes": np.ones(h + 1), "alignment": "top_left"}),
             ("slopes (B, h, 1)", "alibi_slopes", {"alibi_slopes": np.ones((b, h, 1)),
                                                   "alignment": "top_left"}),

@@ -25,8 +25,8 @@ pytestmark = [pytest.mark.requires("sdpa", "attention_vjp"),
 @pytest.mark.clause("GRAD-3")
 @conditions.cover("GRAD-3")
 @given(spec=feature_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
-def test_attention_gradient_agrees_with_the_analytic_gradient(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-3")
+def test_attention_gradient_agrees_with_the_analytic_gradient(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-3")
 
 
 @pytest.mark.clause("GRAD-4")
@@ -34,57 +34,57 @@ def test_attention_gradient_agrees_with_the_analytic_gradient(impl, spec):
 @conditions.cover("GRAD-4")
 @given(spec=feature_specs(require=("gqa",), masks=True, causal=True).filter(
     lambda s: s.heads > 1))
-def test_grouped_key_value_gradients_sum_over_the_group(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-4")
+def test_grouped_key_value_gradients_sum_over_the_group(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-4")
 
 
 @pytest.mark.clause("GRAD-5")
 @pytest.mark.requires("softcap")
 @conditions.cover("GRAD-5")
 @given(spec=feature_specs(require=("softcap",), masks=True, bias=True, logit_scales=(1.0, 10.0)))
-def test_soft_cap_gradient_has_the_cap_derivative(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-5")
+def test_soft_cap_gradient_has_the_cap_derivative(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-5")
 
 
 @pytest.mark.clause("GRAD-6")
 @pytest.mark.requires("window")
 @conditions.cover("GRAD-6")
 @given(spec=feature_specs(require=("window",), allow=("alibi", "softcap"), causal=True))
-def test_window_is_a_constant(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-6")
+def test_window_is_a_constant(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-6")
 
 
 @pytest.mark.clause("GRAD-6")
 @pytest.mark.requires("alibi")
 @given(spec=feature_specs(require=("alibi",), allow=("window", "softcap"), causal=True))
-def test_alibi_is_a_constant(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-6")
+def test_alibi_is_a_constant(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-6")
 
 
 @pytest.mark.clause("GRAD-6")
 @pytest.mark.requires("segments")
 @given(spec=feature_specs(require=("segments", "seq_lengths"), allow=("window",), causal=True))
-def test_segments_and_lengths_are_constants(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-6")
+def test_segments_and_lengths_are_constants(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-6")
 
 
 @pytest.mark.clause("GRAD-6")
 @pytest.mark.requires("kv_cache")
 @given(spec=feature_specs(require=("cache",), allow=("window", "alibi"), causal=True))
-def test_cache_gradients_go_back_to_the_past_keys_and_values(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-6")
+def test_cache_gradients_go_back_to_the_past_keys_and_values(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-6")
 
 
 @pytest.mark.clause("GRAD-7")
 @pytest.mark.requires("masks")
 @conditions.cover("GRAD-7")
 @given(spec=conditions.specs("GRAD-7"))
-def test_rows_and_keys_without_partners_get_exact_zeros(impl, spec):
-    case = impl.case(spec, "sdpa")
-    got = vjp.expect_gradients(impl, case, "GRAD-7")
+def test_rows_and_keys_without_partners_get_exact_zeros(cell, spec):
+    case = cell.case(spec, "sdpa")
+    got = vjp.expect_gradients(cell, case, "GRAD-7")
     for name, dead in vjp.dead_rows(case).items():
         leaked = np.abs(got[name][dead]).max(initial=0.0)
-        assert leaked == 0.0, (f"[GRAD-7] {impl.id}: gradient {leaked:.3e} for a row of '{name}' "
+        assert leaked == 0.0, (f"[GRAD-7] {cell.id}: gradient {leaked:.3e} for a row of '{name}' "
                                f"the output does not depend on; it must be exactly 0")
 
 
@@ -97,8 +97,8 @@ def test_rows_and_keys_without_partners_get_exact_zeros(impl, spec):
 @example(spec=CaseSpec(batch=2, heads=3, len_q=2, len_k=8, d_k=4, d_v=8, mask_shape=(2, 8),
                        mask_density=0.7, fully_masked_rows=True, logit_scale=100.0, softcap=0.5,
                        seed=87))
-def test_lse_cotangent_adds_dlse_times_p(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-8", d_lse=True)
+def test_lse_cotangent_adds_dlse_times_p(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-8", d_lse=True)
 
 
 @pytest.mark.clause("GRAD-9")
@@ -106,5 +106,5 @@ def test_lse_cotangent_adds_dlse_times_p(impl, spec):
 @conditions.cover("GRAD-9")
 @given(spec=feature_specs(bias=True, masks=True, allow=("softcap",)).filter(
     lambda s: s.bias_shape is not None))
-def test_bias_gradient_sums_over_its_broadcast_axes(impl, spec):
-    vjp.expect_gradients(impl, impl.case(spec, "sdpa"), "GRAD-9", bias_grad=True)
+def test_bias_gradient_sums_over_its_broadcast_axes(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-9", bias_grad=True)

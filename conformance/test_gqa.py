@@ -36,11 +36,11 @@ def grouped_params(params: oracle.Params, h: int, g: int) -> oracle.Params:
         w_o=params.w_o[:h * d_v])
 
 
-def expect_grouped_oracle(impl, case, g: int) -> None:
+def expect_grouped_oracle(cell, case, g: int) -> None:
     """Run ``case`` with its first ``g`` key/value heads and judge it against the oracle."""
     grouped = case._replace(params=grouped_params(case.params, case.spec.heads, g))
-    got = harness.run(impl, "mha", grouped, num_kv_heads=g)
-    harness.expect_oracle(impl, grouped, got, op="mha", clause="MHA-6",
+    got = harness.run(cell, "mha", grouped, num_kv_heads=g)
+    harness.expect_oracle(cell, grouped, got, op="mha", clause="MHA-6",
                           overrides={"num_kv_heads": g}, context=f" with num_kv_heads = {g}")
 
 
@@ -54,26 +54,26 @@ def grouped_specs(draw):
 
 @pytest.mark.clause("MHA-6")
 @given(spec_g=grouped_specs())
-def test_grouped_query_attention_uses_key_value_head_i_over_group(impl, spec_g):
+def test_grouped_query_attention_uses_key_value_head_i_over_group(cell, spec_g):
     spec, g = spec_g
-    expect_grouped_oracle(impl, impl.case(spec), g)
+    expect_grouped_oracle(cell, cell.case(spec), g)
 
 
 @pytest.mark.clause("MHA-6")
 @pytest.mark.parametrize("g", [1, 2])
-def test_grouped_query_attention_fixed_cases(impl, g):
+def test_grouped_query_attention_fixed_cases(cell, g):
     """Multi-query (g = 1) and g = 2 on h = 4 and h = 6, and on the sizes of every ordering of
     L_q and L_k (MHA-6's covering rows) where g divides h."""
     for spec in [*GROUPED, *conditions.row_specs("MHA-6", GROUPED[0])]:
         if spec.heads % g == 0:
-            expect_grouped_oracle(impl, impl.case(spec), g)
+            expect_grouped_oracle(cell, cell.case(spec), g)
 
 
 @pytest.mark.clause("MHA-6", "ERR-1")
 @pytest.mark.requires("errors")
 @pytest.mark.parametrize("g", [0, 3, 2.0, True])
-def test_num_kv_heads_must_divide_num_heads(impl, g):
+def test_num_kv_heads_must_divide_num_heads(cell, g):
     """h = 4: 0, 3 (no divisor), 2.0 and True (not integers) raise ValueError naming it."""
-    case = impl.case(GROUPED[0])
+    case = cell.case(GROUPED[0])
     with pytest.raises(ValueError, match="num_kv_heads"):
-        harness.run(impl, "mha", case, num_kv_heads=g)
+        harness.run(cell, "mha", case, num_kv_heads=g)

@@ -29,29 +29,29 @@ GROUPED = [CaseSpec(batch=2, heads=4, len_q=5, len_k=8, d_k=4, d_v=4, seed=51, k
 @conditions.cover("GQA-1")
 @given(spec=feature_specs(require=("gqa",), allow=("softcap", "window", "alibi", "lse"),
                           masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
-def test_query_head_i_uses_key_value_head_i_over_group(impl, spec):
-    case = impl.case(spec, "sdpa")
-    harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="GQA-1",
+def test_query_head_i_uses_key_value_head_i_over_group(cell, spec):
+    case = cell.case(spec, "sdpa")
+    harness.expect_oracle(cell, case, cell.sdpa(case), op="sdpa", clause="GQA-1",
                           context=f" with k, v of {spec.kv_heads} of {spec.heads} heads")
 
 
 @pytest.mark.clause("GQA-1")
 @pytest.mark.parametrize("spec", GROUPED, ids=lambda s: f"h{s.heads}-g{s.kv_heads}")
-def test_grouped_heads_fixed_cases(impl, spec):
+def test_grouped_heads_fixed_cases(cell, spec):
     """1 < g < h: consecutive query heads share a key/value head (not i % g)."""
-    case = impl.case(spec, "sdpa")
-    harness.expect_oracle(impl, case, impl.sdpa(case), op="sdpa", clause="GQA-1")
+    case = cell.case(spec, "sdpa")
+    harness.expect_oracle(cell, case, cell.sdpa(case), op="sdpa", clause="GQA-1")
 
 
 @pytest.mark.clause("GQA-2")
 @pytest.mark.requires("errors")
-def test_head_counts_that_do_not_group_are_rejected(impl):
+def test_head_counts_that_do_not_group_are_rejected(cell):
     """h = 4: k with 3 heads names k; v with other heads than k names v."""
     for spec in conditions.row_specs("GQA-2", GROUPED[0]._replace(kv_heads=None), keep=("heads",)):
-        case = impl.case(spec, "sdpa")
+        case = cell.case(spec, "sdpa")
         rng = np.random.default_rng(0)
         b, h, l_k, d = case.k.shape
-        harness.expect_rejections(impl, "sdpa", case, "GQA-2", [
+        harness.expect_rejections(cell, "sdpa", case, "GQA-2", [
             ("k with 3 of 4 heads", "k", {"k": rng.standard_normal((b, 3, l_k, d)),
                                           "v": rng.standard_normal((b, 3, l_k, d))}),
             ("k with 2 heads, v with 1", "v", {"k": rng.standard_normal((b, 2, l_k, d)),

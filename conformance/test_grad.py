@@ -29,11 +29,11 @@ def cotangent(case) -> np.ndarray:
     return np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
 
 
-def backend_grads(impl, case, cot) -> dict[str, np.ndarray]:
+def backend_grads(cell, case, cot) -> dict[str, np.ndarray]:
     """Run the backend's mha_vjp on ``case``; self-attention passes one array three times."""
-    grads = impl.call("mha_vjp", *impl.mha_inputs(case), impl.params(case.params), impl.arr(cot),
-                      num_heads=case.spec.heads, **impl.masks(case))
-    return {n: impl.backend.to_numpy(g) for n, g in grads.items()}
+    grads = cell.call("mha_vjp", *cell.mha_inputs(case), cell.params(case.params), cell.arr(cot),
+                      num_heads=case.spec.heads, **cell.masks(case))
+    return {n: cell.backend.to_numpy(g) for n, g in grads.items()}
 
 
 def oracle_grads(case, cot, precision="float64", info=None) -> dict[str, np.ndarray]:
@@ -53,34 +53,34 @@ def grad_scale(want: dict, info: dict) -> float:
     return largest * max(1.0, info["max_abs_logit"])
 
 
-def expect_oracle_grads(impl, case, got: dict, clause: str) -> None:
+def expect_oracle_grads(cell, case, got: dict, clause: str) -> None:
     """Every gradient agrees with the analytic one under the NUM-3 rule (GRAD-1)."""
     cot = cotangent(case)
     info = {}
     want = oracle_grads(case, cot, info=info)
-    naive = oracle_grads(case, cot, tolerance.naive_precision(impl.dtype))
-    vjp.judge_gradients(impl, clause, got, want, naive, grad_scale(want, info),
-                        harness.reproducer(impl, "mha", case.spec))
+    naive = oracle_grads(case, cot, tolerance.naive_precision(cell.dtype))
+    vjp.judge_gradients(cell, clause, got, want, naive, grad_scale(want, info),
+                        harness.reproducer(cell, "mha", case.spec))
 
 
 @pytest.mark.clause("GRAD-1")
 @conditions.cover("GRAD-1")
 @given(spec=case_specs(masks=True, bias=True, legacy=True, key_padding=True, causal=True,
                        custom_scale=True))
-def test_gradients_agree_with_the_analytic_gradient(impl, spec):
-    case = impl.case(spec)
-    expect_oracle_grads(impl, case, backend_grads(impl, case, cotangent(case)), "GRAD-1")
+def test_gradients_agree_with_the_analytic_gradient(cell, spec):
+    case = cell.case(spec)
+    expect_oracle_grads(cell, case, backend_grads(cell, case, cotangent(case)), "GRAD-1")
 
 
 @pytest.mark.clause("GRAD-2")
 @pytest.mark.requires("masks")
 @conditions.cover("GRAD-2")
 @given(spec=case_specs(masks=True, fully_masked=True, key_padding=True, causal=True))
-def test_masked_rows_and_keys_have_finite_and_zero_gradients(impl, spec):
-    case = impl.case(spec)
-    got = backend_grads(impl, case, cotangent(case))
+def test_masked_rows_and_keys_have_finite_and_zero_gradients(cell, spec):
+    case = cell.case(spec)
+    got = backend_grads(cell, case, cotangent(case))
     bad = [n for n, g in got.items() if not np.all(np.isfinite(g))]
-    assert not bad, f"[GRAD-2] {impl.id}: NaN or infinity in the gradients of {bad}"
+    assert not bad, f"[GRAD-2] {cell.id}: NaN or infinity in the gradients of {bad}"
     s = case.spec
     allowed = oracle.allowed_mask(s.batch, s.heads, s.len_q, s.len_k, mask=case.mask,
                                   key_padding_mask=case.key_padding_mask, causal=s.causal)
@@ -88,6 +88,6 @@ def test_masked_rows_and_keys_have_finite_and_zero_gradients(impl, spec):
     dead_keys = ~allowed.any(axis=(1, 2))     # (B, L_k): attended by no query in any head
     for name, dead in (("query", dead_queries), ("key", dead_keys), ("value", dead_keys)):
         leaked = np.abs(got[name][dead]).max(initial=0.0)
-        assert leaked == 0.0, (f"[GRAD-2] {impl.id}: gradient {leaked:.3e} for a row of '{name}' "
+        assert leaked == 0.0, (f"[GRAD-2] {cell.id}: gradient {leaked:.3e} for a row of '{name}' "
                                f"the output does not depend on; it must be exactly 0")
-    expect_oracle_grads(impl, case, got, "GRAD-2")
+    expect_oracle_grads(cell, case, got, "GRAD-2")

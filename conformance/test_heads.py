@@ -12,33 +12,33 @@ from mhaspec.conformance.strategies import case_specs
 pytestmark = pytest.mark.requires("heads")
 
 
-def _exact(impl, x):
-    """``x`` rounded to the impl's dtype, as NumPy: what a layout change must reproduce exactly."""
-    return impl.backend.to_numpy(impl.arr(x))
+def _exact(cell, x):
+    """``x`` rounded to the cell's dtype, as NumPy: what a layout change must reproduce exactly."""
+    return cell.backend.to_numpy(cell.arr(x))
 
 
 @pytest.mark.clause("HEAD-1")
 @conditions.cover("HEAD-1")
 @given(spec=case_specs())
-def test_split_heads_gives_head_i_columns_i_d_to_i_plus_1_d(impl, spec):
-    case = impl.case(spec)
+def test_split_heads_gives_head_i_columns_i_d_to_i_plus_1_d(cell, spec):
+    case = cell.case(spec)
     harness.note("heads", case.spec)
     x = oracle.combine_heads(case.q)  # (B, L_q, h*d_k)
-    got = impl.backend.to_numpy(impl.call("split_heads", impl.arr(x), spec.heads))
-    np.testing.assert_array_equal(got, _exact(impl, oracle.split_heads(x, spec.heads)),
+    got = cell.backend.to_numpy(cell.call("split_heads", cell.arr(x), spec.heads))
+    np.testing.assert_array_equal(got, _exact(cell, oracle.split_heads(x, spec.heads)),
                                   err_msg="[HEAD-1] split_heads moved elements to the wrong place")
 
 
 @pytest.mark.clause("HEAD-2")
 @conditions.cover("HEAD-2")
 @given(spec=case_specs())
-def test_combine_heads_concatenates_heads_and_inverts_split(impl, spec):
-    case = impl.case(spec)
+def test_combine_heads_concatenates_heads_and_inverts_split(cell, spec):
+    case = cell.case(spec)
     harness.note("heads", case.spec)
-    got = impl.backend.to_numpy(impl.call("combine_heads", impl.arr(case.q)))
-    np.testing.assert_array_equal(got, _exact(impl, oracle.combine_heads(case.q)),
+    got = cell.backend.to_numpy(cell.call("combine_heads", cell.arr(case.q)))
+    np.testing.assert_array_equal(got, _exact(cell, oracle.combine_heads(case.q)),
                                   err_msg="[HEAD-2] combine_heads is not the concatenation of heads")
-    x = impl.arr(oracle.combine_heads(case.q))
-    round_trip = impl.call("combine_heads", impl.call("split_heads", x, spec.heads))
-    np.testing.assert_array_equal(impl.backend.to_numpy(round_trip), impl.backend.to_numpy(x),
+    x = cell.arr(oracle.combine_heads(case.q))
+    round_trip = cell.call("combine_heads", cell.call("split_heads", x, spec.heads))
+    np.testing.assert_array_equal(cell.backend.to_numpy(round_trip), cell.backend.to_numpy(x),
                                   err_msg="[HEAD-2] combine_heads(split_heads(x)) != x")

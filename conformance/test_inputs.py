@@ -1,6 +1,6 @@
 """Chapter INPUT: operations leave the caller's arrays exactly as they were (INPUT-1).
 
-Each test converts a case's inputs with ``impl.arr``, keeps NumPy copies of them as the backend
+Each test converts a case's inputs with ``cell.arr``, keeps NumPy copies of them as the backend
 holds them (``to_numpy`` of each, copied: a backend's ``to_numpy`` may share memory with its
 array), calls one operation, converts every input back and compares it bit for bit with its copy
 (a NaN still NaN). Inputs that are one array stay one array: self-attention passes ``query`` as
@@ -39,15 +39,15 @@ class Inputs:
     """The backend arrays of one call by argument name, with a NumPy copy of each taken before the
     call (one array passed as several arguments is converted once and kept under each name)."""
 
-    def __init__(self, impl, **arrays):
-        self.impl = impl
+    def __init__(self, cell, **arrays):
+        self.cell = cell
         converted: dict[int, object] = {}
         self.arrays = {}
         for name, x in arrays.items():
             if x is None:
                 continue
             if id(x) not in converted:
-                converted[id(x)] = impl.arr(x)
+                converted[id(x)] = cell.arr(x)
             self.arrays[name] = converted[id(x)]
         self.copies = {n: np.array(self._numpy(a), copy=True) for n, a in self.arrays.items()}
 
@@ -55,11 +55,11 @@ class Inputs:
         return self.arrays.get(name)
 
     def _numpy(self, a) -> np.ndarray:
-        return np.asarray(self.impl.backend.to_numpy(a))
+        return np.asarray(self.cell.backend.to_numpy(a))
 
     def expect_unchanged(self, op: str) -> None:
         changed = [n for n, a in self.arrays.items() if not same_bits(self.copies[n], self._numpy(a))]
-        assert not changed, (f"[INPUT-1] {self.impl.id}: {op} modified its argument(s) "
+        assert not changed, (f"[INPUT-1] {self.cell.id}: {op} modified its argument(s) "
                              f"{', '.join(repr(n) for n in changed)}")
 
     def params(self) -> MHAParams:
@@ -77,10 +77,10 @@ def with_key_padding(spec):
     return spec if spec.legacy_shape is not None else spec._replace(key_padding=True)
 
 
-def _mha_inputs(impl, case, *, one_array: bool = False, **extra) -> Inputs:
+def _mha_inputs(cell, case, *, one_array: bool = False, **extra) -> Inputs:
     query = case.query
     key, value = (query, query) if one_array else (case.key, case.value)
-    return Inputs(impl, query=query, key=key, value=value, **case.params._asdict(), mask=case.mask,
+    return Inputs(cell, query=query, key=key, value=value, **case.params._asdict(), mask=case.mask,
                   bias=case.bias, legacy_mask=case.legacy_mask,
                   key_padding_mask=case.key_padding_mask, **extra)
 
@@ -89,14 +89,14 @@ def _mha_inputs(impl, case, *, one_array: bool = False, **extra) -> Inputs:
 @pytest.mark.requires("heads")
 @conditions.cover("INPUT-1")
 @given(spec=case_specs())
-def test_split_heads_and_combine_heads_leave_their_input_unchanged(impl, spec):
-    case = impl.case(spec)
+def test_split_heads_and_combine_heads_leave_their_input_unchanged(cell, spec):
+    case = cell.case(spec)
     harness.note("heads", case.spec)
-    split = Inputs(impl, x=oracle.combine_heads(case.q))  # (B, L_q, h*d_k)
-    impl.call("split_heads", split["x"], spec.heads)
+    split = Inputs(cell, x=oracle.combine_heads(case.q))  # (B, L_q, h*d_k)
+    cell.call("split_heads", split["x"], spec.heads)
     split.expect_unchanged("split_heads")
-    combine = Inputs(impl, x=case.q)  # (B, h, L_q, d_k)
-    impl.call("combine_heads", combine["x"])
+    combine = Inputs(cell, x=case.q)  # (B, h, L_q, d_k)
+    cell.call("combine_heads", combine["x"])
     combine.expect_unchanged("combine_heads")
 
 
@@ -104,12 +104,12 @@ def test_split_heads_and_combine_heads_leave_their_input_unchanged(impl, spec):
 @pytest.mark.requires("sdpa")
 @conditions.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
-def test_attention_leaves_its_inputs_unchanged(impl, spec):
-    case = impl.case(with_key_padding(spec), "sdpa")
+def test_attention_leaves_its_inputs_unchanged(cell, spec):
+    case = cell.case(with_key_padding(spec), "sdpa")
     harness.note("sdpa", case.spec)
-    inputs = Inputs(impl, q=case.q, k=case.k, v=case.v, mask=case.mask, bias=case.bias,
+    inputs = Inputs(cell, q=case.q, k=case.k, v=case.v, mask=case.mask, bias=case.bias,
                     legacy_mask=case.legacy_mask, key_padding_mask=case.key_padding_mask)
-    impl.call("scaled_dot_product_attention", inputs["q"], inputs["k"], inputs["v"],
+    cell.call("scaled_dot_product_attention", inputs["q"], inputs["k"], inputs["v"],
               **_masks(inputs, case))
     inputs.expect_unchanged("scaled_dot_product_attention")
 
@@ -118,11 +118,11 @@ def test_attention_leaves_its_inputs_unchanged(impl, spec):
 @pytest.mark.requires("mha")
 @conditions.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
-def test_multi_head_attention_leaves_its_inputs_unchanged(impl, spec):
-    case = impl.case(with_key_padding(spec))
+def test_multi_head_attention_leaves_its_inputs_unchanged(cell, spec):
+    case = cell.case(with_key_padding(spec))
     harness.note("mha", case.spec)
-    inputs = _mha_inputs(impl, case)
-    impl.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
+    inputs = _mha_inputs(cell, case)
+    cell.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
               inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
     inputs.expect_unchanged("multi_head_attention")
 
@@ -130,13 +130,13 @@ def test_multi_head_attention_leaves_its_inputs_unchanged(impl, spec):
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("mha")
 @given(spec=case_specs(cross=False, **ALL_MASKS))
-def test_self_attention_leaves_its_one_input_unchanged(impl, spec):
+def test_self_attention_leaves_its_one_input_unchanged(cell, spec):
     """query is key is value: one array, read three times (and fused projections, MHA-2)."""
-    case = impl.case(with_key_padding(spec))
+    case = cell.case(with_key_padding(spec))
     harness.note("mha", case.spec)
-    inputs = _mha_inputs(impl, case, one_array=True)
+    inputs = _mha_inputs(cell, case, one_array=True)
     assert inputs["query"] is inputs["key"] is inputs["value"]
-    impl.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
+    cell.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
               inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
     inputs.expect_unchanged("multi_head_attention (self-attention)")
 
@@ -146,12 +146,12 @@ def test_self_attention_leaves_its_one_input_unchanged(impl, spec):
 @pytest.mark.dtypes("float64", "float32")
 @conditions.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
-def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(impl, spec):
-    case = impl.case(spec)
+def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(cell, spec):
+    case = cell.case(spec)
     harness.note("vjp", case.spec)
     s = case.spec
     cotangent = np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
-    inputs = _mha_inputs(impl, case, one_array=s.self_attention, cotangent=cotangent)
-    impl.call("mha_vjp", inputs["query"], inputs["key"], inputs["value"], inputs.params(),
+    inputs = _mha_inputs(cell, case, one_array=s.self_attention, cotangent=cotangent)
+    cell.call("mha_vjp", inputs["query"], inputs["key"], inputs["value"], inputs.params(),
               inputs["cotangent"], num_heads=s.heads, **_masks(inputs, case))
     inputs.expect_unchanged("mha_vjp")

@@ -12,26 +12,26 @@ pytestmark = pytest.mark.requires("mha")
 @pytest.mark.clause("MHA-1")
 @conditions.cover("MHA-1")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
-def test_mha_equals_the_per_head_definition(impl, spec):
-    case = impl.case(spec)
-    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-1")
+def test_mha_equals_the_per_head_definition(cell, spec):
+    case = cell.case(spec)
+    harness.expect_oracle(cell, case, cell.mha(case), op="mha", clause="MHA-1")
 
 
 @pytest.mark.clause("MHA-2")
 @conditions.cover("MHA-2")
 @given(spec=case_specs(cross=True, masks=True).filter(lambda s: s.len_q != s.len_k and s.heads > 1))
-def test_all_heads_at_once_agrees_with_head_by_head(impl, spec):
+def test_all_heads_at_once_agrees_with_head_by_head(cell, spec):
     """Different L_q and L_k catch keys and values reshaped with the query length."""
-    case = impl.case(spec)
-    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-2")
+    case = cell.case(spec)
+    harness.expect_oracle(cell, case, cell.mha(case), op="mha", clause="MHA-2")
 
 
 @pytest.mark.clause("MHA-3")
 @conditions.cover("MHA-3", only=lambda row: row["shared"] == "self")
 @given(spec=case_specs(cross=False, masks=True, causal=True))
-def test_self_attention_passes_one_array_three_times(impl, spec):
-    case = impl.case(spec)
-    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-3")
+def test_self_attention_passes_one_array_three_times(cell, spec):
+    case = cell.case(spec)
+    harness.expect_oracle(cell, case, cell.mha(case), op="mha", clause="MHA-3")
 
 
 @pytest.mark.clause("MHA-4")
@@ -39,26 +39,26 @@ def test_self_attention_passes_one_array_three_times(impl, spec):
 @conditions.cover("MHA-4")
 @given(spec=case_specs(cross=True).filter(
     lambda s: not s.self_attention and len({s.d_model, s.k_dim, s.v_dim}) > 1))
-def test_cross_attention_with_other_lengths_and_widths(impl, spec):
-    case = impl.case(spec)
-    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-4")
+def test_cross_attention_with_other_lengths_and_widths(cell, spec):
+    case = cell.case(spec)
+    harness.expect_oracle(cell, case, cell.mha(case), op="mha", clause="MHA-4")
 
 
 @pytest.mark.clause("MHA-5")
-def test_the_source_documents_example(impl):
+def test_the_source_documents_example(cell):
     """(32, 50, 512) self-attention with 8 heads -> output (32, 50, 512), weights (32, 8, 50, 50)."""
-    case = impl.case(REFERENCE_EXAMPLE)
-    got = impl.mha(case)
+    case = cell.case(REFERENCE_EXAMPLE)
+    got = cell.mha(case)
     assert got.out.shape == (32, 50, 512), f"[MHA-5] output shape {got.out.shape}"
     if got.weights is not None:
         assert got.weights.shape == (32, 8, 50, 50), f"[MHA-5] weights shape {got.weights.shape}"
-    harness.expect_oracle(impl, case, got, op="mha", clause="MHA-5")
+    harness.expect_oracle(cell, case, got, op="mha", clause="MHA-5")
 
 
 @pytest.mark.clause("MHA-3")
 @conditions.cover("MHA-3", only=lambda row: row["shared"] != "self")
 @given(spec=case_specs(cross=True, masks=True), which=st.sampled_from(extremes.SHARED))
-def test_two_inputs_that_are_one_array(impl, spec, which):
+def test_two_inputs_that_are_one_array(cell, spec, which):
     """key is value (encoder memory), or query is key with a separate value: an implementation
     that chooses a fused projection by array identity must still project each input with its own
     weights (MHA-3: inputs that are one array are nothing special). Cross-attention widths only
@@ -68,5 +68,5 @@ def test_two_inputs_that_are_one_array(impl, spec, which):
     else:
         spec = spec._replace(len_k=spec.len_q, k_dim=spec.d_model, mask_shape=None)
     spec = spec._replace(self_attention=False, extreme=extremes.shared(which))
-    case = impl.case(spec)
-    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="MHA-3")
+    case = cell.case(spec)
+    harness.expect_oracle(cell, case, cell.mha(case), op="mha", clause="MHA-3")

@@ -13,9 +13,9 @@ pytestmark = pytest.mark.requires("mha")
 @pytest.mark.clause("PARAM-1")
 @conditions.cover("PARAM-1")
 @given(spec=case_specs(cross=True))
-def test_projections_are_x_at_w_plus_b(impl, spec):
-    case = impl.case(spec)
-    harness.expect_oracle(impl, case, impl.mha(case), op="mha", clause="PARAM-1")
+def test_projections_are_x_at_w_plus_b(cell, spec):
+    case = cell.case(spec)
+    harness.expect_oracle(cell, case, cell.mha(case), op="mha", clause="PARAM-1")
 
 
 def _swap_heads(case, i, j):
@@ -39,16 +39,16 @@ def _swap_heads(case, i, j):
 @pytest.mark.clause("PARAM-2")
 @conditions.cover("PARAM-2")
 @given(spec=case_specs(cross=True).filter(lambda s: s.heads > 1))
-def test_head_i_owns_column_block_i(impl, spec):
+def test_head_i_owns_column_block_i(cell, spec):
     """Swapping two heads' column blocks (and W_o row blocks) swaps their weights and keeps the output."""
-    case = impl.case(spec)
+    case = cell.case(spec)
     swapped = _swap_heads(case, 0, spec.heads - 1)
-    base, other = impl.mha(case), impl.mha(swapped)
-    out_tol, w_tol = harness.allowance(case, "mha", impl)
-    harness.expect_close(impl, case, other.out, base.out, allowed=2 * out_tol, clause="PARAM-2",
+    base, other = cell.mha(case), cell.mha(swapped)
+    out_tol, w_tol = harness.allowance(case, "mha", cell)
+    harness.expect_close(cell, case, other.out, base.out, allowed=2 * out_tol, clause="PARAM-2",
                          what="output after swapping head blocks", op="mha")
     if base.weights is not None:
         order = list(range(spec.heads))
         order[0], order[-1] = order[-1], order[0]
-        harness.expect_close(impl, case, other.weights, base.weights[:, order], allowed=2 * w_tol,
+        harness.expect_close(cell, case, other.weights, base.weights[:, order], allowed=2 * w_tol,
                              clause="PARAM-2", what="weights of swapped heads", op="mha")

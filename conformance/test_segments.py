@@ -21,18 +21,18 @@ pytestmark = pytest.mark.requires("segments")
 @conditions.cover("SEG-1")
 @given(spec=feature_specs(require=("segments",), allow=("softcap", "lse"), masks=True, bias=True,
                           key_padding=True))
-def test_queries_attend_only_keys_of_their_segment(impl, op, spec):
-    case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-1")
+def test_queries_attend_only_keys_of_their_segment(cell, op, spec):
+    case = cell.case(spec, op)
+    harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="SEG-1")
 
 
 @pytest.mark.clause("SEG-2")
 @conditions.cover("SEG-2")
 @given(spec=feature_specs(require=("seq_lengths",), allow=("segments", "lse"), masks=True,
                           key_padding=True))
-def test_sequence_lengths_pad_queries_and_keys(impl, op, spec):
-    case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-2")
+def test_sequence_lengths_pad_queries_and_keys(cell, op, spec):
+    case = cell.case(spec, op)
+    harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="SEG-2")
 
 
 @pytest.mark.clause("SEG-3")
@@ -40,19 +40,19 @@ def test_sequence_lengths_pad_queries_and_keys(impl, op, spec):
 @conditions.cover("SEG-3")
 @given(spec=feature_specs(require=("segments",), allow=("seq_lengths", "window", "alibi"),
                           causal=True).map(lambda s: s._replace(causal=s.causal or s.alignment or "top_left")))
-def test_causal_window_and_alibi_count_positions_within_a_segment(impl, op, spec):
-    case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-3")
+def test_causal_window_and_alibi_count_positions_within_a_segment(cell, op, spec):
+    case = cell.case(spec, op)
+    harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="SEG-3")
 
 
 @pytest.mark.clause("SEG-3")
 @pytest.mark.requires("window")
 @given(spec=feature_specs(require=("seq_lengths", "window"), allow=("alibi",)).map(
     lambda s: s._replace(alignment="bottom_right")))
-def test_bottom_right_aligns_with_the_last_valid_key(impl, op, spec):
+def test_bottom_right_aligns_with_the_last_valid_key(cell, op, spec):
     """Windows on the bottom-right diagonal with key_value_seq_lengths: ONNX's nonpad_kv_seqlen."""
-    case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SEG-3")
+    case = cell.case(spec, op)
+    harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="SEG-3")
 
 
 def _sequences(case):
@@ -69,10 +69,10 @@ def _sequences(case):
 @given(spec=feature_specs(require=("segments",), allow=("softcap", "window", "alibi"),
                           causal=True, cross=False).map(
     lambda s: s._replace(segments="packed") if s.segments == "scattered" else s))
-def test_a_packed_call_equals_the_separate_calls(impl, spec):
-    case = impl.case(spec, "sdpa")
-    packed = impl.sdpa(case)
-    out_tol, w_tol = harness.allowance(case, "sdpa", impl)
+def test_a_packed_call_equals_the_separate_calls(cell, spec):
+    case = cell.case(spec, "sdpa")
+    packed = cell.sdpa(case)
+    out_tol, w_tol = harness.allowance(case, "sdpa", cell)
     slopes = case.features.alibi_slopes
     for b, rows, cols in _sequences(case):
         if cols.size == 0:
@@ -82,28 +82,28 @@ def test_a_packed_call_equals_the_separate_calls(impl, spec):
         extra = {"q_segment_ids": None, "kv_segment_ids": None}
         if slopes is not None and slopes.ndim == 2:
             extra["alibi_slopes"] = slopes[b:b + 1]
-        got = harness.run(impl, "sdpa", alone, **extra)
+        got = harness.run(cell, "sdpa", alone, **extra)
         what = f"batch item {b}, sequence of queries {rows.tolist()}: packed vs alone"
-        harness.expect_close(impl, case, packed.out[b:b + 1, :, rows], got.out, allowed=2 * out_tol,
+        harness.expect_close(cell, case, packed.out[b:b + 1, :, rows], got.out, allowed=2 * out_tol,
                              clause="SEG-4", what=f"output of {what}", op="sdpa")
         if packed.weights is not None and got.weights is not None:
             inside = packed.weights[b:b + 1][:, :, rows][:, :, :, cols]
-            harness.expect_close(impl, case, inside, got.weights, allowed=2 * w_tol,
+            harness.expect_close(cell, case, inside, got.weights, allowed=2 * w_tol,
                                  clause="SEG-4", what=f"weights of {what}", op="sdpa")
             outside = np.delete(packed.weights[b:b + 1][:, :, rows], cols, axis=-1)
-            harness.expect_close(impl, case, outside, np.zeros_like(outside), allowed=0.0,
+            harness.expect_close(cell, case, outside, np.zeros_like(outside), allowed=0.0,
                                  clause="SEG-4", what=f"weights outside the sequence, {what}",
                                  op="sdpa")
 
 
 @pytest.mark.clause("SEG-5")
 @pytest.mark.requires("errors")
-def test_invalid_segment_ids_and_lengths_are_rejected(impl, op):
+def test_invalid_segment_ids_and_lengths_are_rejected(cell, op):
     for spec in conditions.row_specs("SEG-5", CaseSpec(batch=2, seed=91), keep=("batch",)):
-        case = impl.case(spec, op)
+        case = cell.case(spec, op)
         b, lq, lk = spec.batch, spec.len_q, spec.len_k
         q_ids, k_ids = np.zeros((b, lq), np.int64), np.zeros((b, lk), np.int64)
-        harness.expect_rejections(impl, op, case, "SEG-5", [
+        harness.expect_rejections(cell, op, case, "SEG-5", [
             ("float q_segment_ids", "q_segment_ids", {"q_segment_ids": np.zeros((b, lq)),
                                                       "kv_segment_ids": k_ids}),
             ("kv_segment_ids (B, L_k + 1)", "kv_segment_ids",

@@ -29,10 +29,10 @@ SINK_SCALES = st.sampled_from(SINK_SCALE_MENU)
 @given(spec=feature_specs(require=("lse",), allow=("softcap", "window", "alibi", "gqa", "cache"),
                           masks=True, bias=True, key_padding=True, causal=True, custom_scale=True),
        sink_scale=SINK_SCALES)
-def test_a_sink_joins_every_denominator(impl, spec, sink_scale):
-    case = impl.case(spec, "sdpa")
+def test_a_sink_joins_every_denominator(cell, spec, sink_scale):
+    case = cell.case(spec, "sdpa")
     sinks = {"sinks": vjp.sinks_of(case, sink_scale)}
-    harness.expect_oracle(impl, case, harness.run(impl, "sdpa", case, **sinks), op="sdpa",
+    harness.expect_oracle(cell, case, harness.run(cell, "sdpa", case, **sinks), op="sdpa",
                           clause="SINK-1", overrides=sinks)
 
 
@@ -40,11 +40,11 @@ def test_a_sink_joins_every_denominator(impl, spec, sink_scale):
 @pytest.mark.requires("masks")
 @conditions.cover("SINK-2")
 @given(spec=conditions.specs("SINK-2"))
-def test_a_row_with_no_allowed_key_gives_zeros_and_the_sink_as_lse(impl, spec):
+def test_a_row_with_no_allowed_key_gives_zeros_and_the_sink_as_lse(cell, spec):
     """Each row of MASK-9's ways, with lse asked for; the sink scale cycles with the seed."""
-    case = impl.case(spec._replace(lse=True), "sdpa")
+    case = cell.case(spec._replace(lse=True), "sdpa")
     sinks = {"sinks": vjp.sinks_of(case, SINK_SCALE_MENU[spec.seed % len(SINK_SCALE_MENU)])}
-    harness.expect_oracle(impl, case, harness.run(impl, "sdpa", case, **sinks), op="sdpa",
+    harness.expect_oracle(cell, case, harness.run(cell, "sdpa", case, **sinks), op="sdpa",
                           clause="SINK-2", overrides=sinks)
 
 
@@ -54,27 +54,27 @@ def test_a_row_with_no_allowed_key_gives_zeros_and_the_sink_as_lse(impl, spec):
 @conditions.cover("SINK-3", sink_scale=1.0)
 @given(spec=feature_specs(allow=("softcap", "gqa", "window"), masks=True, fully_masked=True,
                           causal=True), sink_scale=SINK_SCALES)
-def test_the_gradient_with_respect_to_the_sinks(impl, spec, sink_scale):
-    case = impl.case(spec, "sdpa")
-    vjp.expect_gradients(impl, case, "SINK-3", sinks=vjp.sinks_of(case, sink_scale))
+def test_the_gradient_with_respect_to_the_sinks(cell, spec, sink_scale):
+    case = cell.case(spec, "sdpa")
+    vjp.expect_gradients(cell, case, "SINK-3", sinks=vjp.sinks_of(case, sink_scale))
 
 
 @pytest.mark.clause("SINK-3")
 @pytest.mark.requires("attention_vjp", "lse")
 @pytest.mark.dtypes("float64", "float32")
 @given(spec=feature_specs(masks=True, fully_masked=True), sink_scale=SINK_SCALES)
-def test_the_sink_gradient_with_an_lse_cotangent(impl, spec, sink_scale):
-    case = impl.case(spec, "sdpa")
-    vjp.expect_gradients(impl, case, "SINK-3", d_lse=True, sinks=vjp.sinks_of(case, sink_scale))
+def test_the_sink_gradient_with_an_lse_cotangent(cell, spec, sink_scale):
+    case = cell.case(spec, "sdpa")
+    vjp.expect_gradients(cell, case, "SINK-3", d_lse=True, sinks=vjp.sinks_of(case, sink_scale))
 
 
 @pytest.mark.clause("SINK-4")
 @pytest.mark.requires("errors")
-def test_invalid_sinks_are_rejected(impl):
+def test_invalid_sinks_are_rejected(cell):
     for spec in conditions.row_specs("SINK-4", CaseSpec(seed=71)):
-        case = impl.case(spec, "sdpa")
+        case = cell.case(spec, "sdpa")
         h = case.q.shape[1]
-        harness.expect_rejections(impl, "sdpa", case, "SINK-4", [
+        harness.expect_rejections(cell, "sdpa", case, "SINK-4", [
             ("sinks of shape (h + 1,)", "sinks", {"sinks": np.zeros(h + 1)}),
             ("sinks of shape (1, h)", "sinks", {"sinks": np.zeros((1, h))}),
             ("a NaN sink", "sinks", {"sinks": np.full(h, np.nan)}),

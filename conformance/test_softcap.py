@@ -23,27 +23,27 @@ pytestmark = pytest.mark.requires("softcap")
                           logit_scales=(1.0, 10.0, 100.0)))
 # always run: a cap beyond float16's range (65504), which must not overflow in float16
 @example(spec=CaseSpec(softcap=1e6, seed=62))
-def test_softcap_after_the_scale_and_before_bias_and_masks(impl, op, spec):
-    case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SOFTCAP-1")
+def test_softcap_after_the_scale_and_before_bias_and_masks(cell, op, spec):
+    case = cell.case(spec, op)
+    harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="SOFTCAP-1")
 
 
 @pytest.mark.clause("SOFTCAP-1")
 @pytest.mark.requires("masks")
 @given(spec=feature_specs(require=("softcap",), masks=True, fully_masked=True))
 @example(spec=CaseSpec(mask_shape=(2, 1, 3, 3), fully_masked_rows=True, softcap=1e6, seed=63))
-def test_masked_keys_get_no_weight_under_a_softcap(impl, op, spec):
+def test_masked_keys_get_no_weight_under_a_softcap(cell, op, spec):
     """Fully masked rows stay 0 and masked keys get weight 0 (capping after masking gives them
     e^-c / sum)."""
-    case = impl.case(spec, op)
-    harness.expect_oracle(impl, case, harness.run(impl, op, case), op=op, clause="SOFTCAP-1")
+    case = cell.case(spec, op)
+    harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="SOFTCAP-1")
 
 
 @pytest.mark.clause("SOFTCAP-2")
 @pytest.mark.requires("errors")
-def test_invalid_softcap_is_rejected(impl, op):
+def test_invalid_softcap_is_rejected(cell, op):
     for spec in conditions.row_specs("SOFTCAP-2", CaseSpec(seed=61)):
-        case = impl.case(spec, op)
-        harness.expect_rejections(impl, op, case, "SOFTCAP-2", [
+        case = cell.case(spec, op)
+        harness.expect_rejections(cell, op, case, "SOFTCAP-2", [
             (f"softcap={value!r}", "softcap", {"softcap": value})
             for value in (0.0, -1.0, float("inf"), float("nan"), True, "1")])

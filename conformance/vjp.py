@@ -114,6 +114,7 @@ def judge_gradients(impl, clause: str, got: Mapping[str, np.ndarray],
                     reproduce: str) -> None:
     """Every gradient of ``want`` agrees with ``got``'s under the NUM-3 rule with ``scale``
     (GRAD-1's form); the key sets must be equal. Records the worst ratio for ``clause``."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     assert set(got) == set(want), (f"[{clause}] {impl.id}: gradients for {sorted(got)}, the spec "
                                    f"asks for {sorted(want)}")
     checks = harness.judge_parts([(name, got[name], want[name], naive[name], scale)
@@ -131,6 +132,7 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     """Run ``attention_vjp`` on ``case`` and judge every gradient against the oracle (GRAD-1's
     rule, with GRAD-5's path through a soft-cap's derivative), the rows :func:`rows_left_to_mask9`
     gives without a cotangent; returns the backend's gradients."""
+    __tracebackhide__ = True  # a failure's traceback starts at the check
     problem = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
     opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks,
                 left_out=rows_left_to_mask9(impl, problem))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from mhaspec import certificate, cli, coverage
+from mhaspec import certificate, certificate_markdown, cli, coverage
 from mhaspec.conformance.verdicts import count_verdicts, overall_verdict
 from mhaspec.spec import load as load_spec
 
@@ -41,7 +41,7 @@ def test_a_backend_claiming_only_heads_is_not_given_a_bare_conforms(tmp_path, ca
     spec = load_spec()
     cert = body_claiming(["heads"], {"HEAD-1", "HEAD-2"})
     testable = len(spec.testable_ids)
-    md = certificate.to_markdown(cert)
+    md = certificate_markdown.to_markdown(cert)
     assert "**Verdict: conforms**" not in md
     label = certificate.spec_label(cert["spec"])  # "1.3 (draft)" while the version is a draft
     assert (f"**Verdict: conforms on 2 of {testable} testable clauses of mhaspec {label}**"

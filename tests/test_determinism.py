@@ -3,7 +3,7 @@
 * The same ``--hypothesis-seed`` draws the same examples and reaches the same verdicts; another seed
   draws other examples (so the comparison can fail).
 * The ``ci`` profile is derandomized: its examples do not depend on the seed.
-* A failure's printed ``replay(...)`` reproducer reruns the identical case: the same error, at the
+* A failure's printed ``replay_case(...)`` reproducer reruns the identical case: the same error, at the
   same index.
 
 Each run is a subprocess in its own directory (no shared Hypothesis example database).
@@ -74,8 +74,8 @@ def test_a_failures_reproducer_replays_the_identical_case(tmp_path):
     error = re.search(r"differs from the float64 oracle: (max abs error \S+ at index \([^)]*\))",
                       proc.stdout)
     snippet = re.search(r"^E\s+(from mhaspec\.conformance\.strategies import CaseSpec)\n"
-                        r"E\s+(from mhaspec\.conformance\.replay import replay)\n"
-                        r"E\s+(replay\(.*\))$", proc.stdout, re.M)
+                        r"E\s+(from mhaspec\.conformance\.replay import replay_case)\n"
+                        r"E\s+(replay_case\(.*\))$", proc.stdout, re.M)
     assert error and snippet, proc.stdout[-3000:]
     replayed = subprocess.run([sys.executable, "-c", "\n".join(snippet.groups())], cwd=tmp_path,
                               capture_output=True, text=True, timeout=300,

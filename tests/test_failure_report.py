@@ -15,7 +15,7 @@ import pathlib
 import subprocess
 import sys
 
-from mhaspec import certificate, runner
+from mhaspec import certificate, certificate_markdown, runner
 from mhaspec.conformance import failure_file, verdicts
 
 from suite_runner import HERE, run_suite
@@ -101,7 +101,7 @@ def test_certificate_failures_are_readable_and_grouped(tmp_path):
         assert "CaseSpec(" in m and "mhaspec replay " in m
         assert "Traceback" not in m and "\nE  " not in m
     text = pathlib.Path(str(path).replace(".json", ".md")).read_text("utf-8")
-    assert text == certificate.to_markdown(cert)
+    assert text == certificate_markdown.to_markdown(cert)
     assert "## Failures by likely cause" in text and "float32 arithmetic inside the float64 path" in text
 
 
@@ -157,7 +157,7 @@ def test_informative_clauses_and_large_ratios_read_as_the_terminal_words_them(ca
     informative = {c["id"] for c in cert["clauses"] if c["verdict"] == "not-run"}
     assert informative == {"MASK-4", "WIN-3", "CONF-1"}  # no test: informative in spec 1.3
     big = dict(next(c for c in cert["clauses"] if c["id"] == "SDPA-1"), worst_ratio=1477874627492827.5)
-    rows = certificate.to_markdown({**cert, "clauses": [big if c["id"] == "SDPA-1" else c
+    rows = certificate_markdown.to_markdown({**cert, "clauses": [big if c["id"] == "SDPA-1" else c
                                                          for c in cert["clauses"]]}).splitlines()
     assert "| SDPA-1 | The attention equation | pass | 1.48e+15 | 4 |" in "\n".join(rows)
     for cid in informative:

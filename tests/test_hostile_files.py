@@ -24,7 +24,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from mhaspec import certificate, cli
+from mhaspec import certificate, certificate_markdown, certificate_signature, cli
 from mhaspec.conformance import failure_file
 from mhaspec.conformance.clause_capabilities import NEEDS
 from mhaspec.conformance.strategies import CaseSpec, build_case
@@ -833,7 +833,7 @@ def test_verify_rejects_duplicate_keys_deep_nesting_directories_and_huge_files(t
 def test_verify_checks_the_markdown_against_the_json(tmp_path, capsys):
     path = write_certificate(tmp_path / "cert.json", certificate_body())
     md = tmp_path / "cert.md"
-    md.write_text(certificate.to_markdown(json.loads(path.read_text("utf-8"))), "utf-8")
+    md.write_text(certificate_markdown.to_markdown(json.loads(path.read_text("utf-8"))), "utf-8")
     code, out, err = run_cli(capsys, "verify", str(path), "--markdown", str(md))
     assert code == 0 and "markdown: " in out, err
     md.write_text(md.read_text("utf-8").replace("**Verdict: conforms on", "**Verdict: conforms! on"))
@@ -859,7 +859,7 @@ def signer(tmp_path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(key)],
                    check=True, capture_output=True)
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f'ci@example.org namespaces="{certificate.SIGNATURE_NAMESPACE}" '
+    allowed.write_text(f'ci@example.org namespaces="{certificate_signature.SIGNATURE_NAMESPACE}" '
                        + key.with_suffix(".pub").read_text("utf-8"), "utf-8")
     return key, allowed
 
@@ -948,7 +948,7 @@ def test_markdown_escapes_everything_a_backend_supplies():
     failing.update(verdict="fail", failures=["error\n````\n# Verdict: conforms\n`` `` ```"])
     body["summary"] = {"verdict": overall_verdict(body["clauses"]),
                        "counts": count_verdicts(body["clauses"])}
-    md = certificate.to_markdown(certificate.seal(body))
+    md = certificate_markdown.to_markdown(certificate.seal(body))
     lines = md.split("\n")
     blocks = fenced_blocks(md)
     outside = [line for n, line in enumerate(lines) if not any(a <= n <= b for a, b in blocks)]

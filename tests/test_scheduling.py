@@ -14,12 +14,19 @@ from mhaspec.conformance.harness import Cell
 
 
 def item(test: str, backend: str | None, device: str = "cpu", dtype: str = "float32",
-         clauses: tuple[str, ...] = ()):
-    params = {} if backend is None else {"impl": Cell(SimpleNamespace(name=backend), device, dtype)}
+         clauses: tuple[str, ...] = (), argument: str = "cell"):
+    params = {} if backend is None else {argument: Cell(SimpleNamespace(name=backend), device, dtype)}
     marks = [SimpleNamespace(args=(c,)) for c in clauses]
     return SimpleNamespace(name=f"{test}[{backend}-{device}-{dtype}]",
                            callspec=SimpleNamespace(params=params),
                            iter_markers=lambda name: marks if name == "clause" else [])
+
+
+def test_a_test_naming_its_cell_impl_runs_in_that_cell():
+    """``impl``, the former name of the ``cell`` argument, still gives the test its cell."""
+    assert scheduling.cell_of(item("t", "np", argument="impl")) == ("np", "cpu", "float32")
+    assert scheduling.cell_of(item("t", "np", argument="cell")) == ("np", "cpu", "float32")
+    assert scheduling.cell_of(item("t", "np", argument="other")) is None
 
 
 def names(items) -> list[str]:

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from mhaspec import certificate, runner
+from mhaspec import certificate, certificate_markdown, runner
 from mhaspec.backends.validation import REJECTION_CLAUSES
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
@@ -101,7 +101,7 @@ def test_the_certificate_and_its_markdown_carry_both_fields():
     cert = _certificate(edit, {"MASK-9": "fully masked rows give the mean of V"})
     assert certificate.check_consistency(cert)
     assert cert["summary"]["verdict"] == verdicts.DOES_NOT_CONFORM
-    md = certificate.to_markdown(cert)
+    md = certificate_markdown.to_markdown(cert)
     assert "| pass (adapter) |" in md and "| stale-deviation (stale on cpu/float64) |" in md
     assert "passed by the adapter's shared argument validation, not by the library" in md
     assert "SOFTCAP-2" in md.split("not by the library")[1].splitlines()[0]

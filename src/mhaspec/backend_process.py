@@ -20,7 +20,7 @@ import sys
 import time
 
 from mhaspec import wire
-from mhaspec.conformance.harness import CallTimeout
+from mhaspec.backends.call_limit import CallTimeout
 
 #: seconds the backend's process may take to import and load the backend and read its claims
 STARTUP_LIMIT = 600.0

@@ -5,27 +5,34 @@ SHA-256 of its canonical body, so an edited copy is detected by :func:`verify`; 
 people (:func:`to_markdown`, every string from the backend escaped). The body is canonical JSON: keys
 sorted, no whitespace, UTF-8. :func:`check_consistency` checks that the recorded verdict follows from
 the recorded clauses and that the clauses are exactly those of a released spec version. Neither says
-who issued a certificate: that is what a detached signature (``mhaspec sign``) is for.
+who issued a certificate: that is what a detached signature (``mhaspec sign``,
+:mod:`mhaspec.certificate_signature`) is for.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import math
-import os
 import pathlib
+import platform
 import re
 import subprocess
 from collections import Counter
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
+
+from mhaspec import suite_files
+from mhaspec.backends.validation import REJECTION_CLAUSES
+from mhaspec.conformance.clause_capabilities import NEEDS
+from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, describe_counts,
+                                          entry_problem, overall_verdict)
+from mhaspec.spec import load
 
 SCHEMA_ID = "mhaspec-certificate/1"
 #: Largest certificate ``verify`` reads, in bytes (a certificate is about 30 KB).
 MAX_BYTES = 16 * 2**20
-#: The namespace of OpenSSH signatures over certificates (``ssh-keygen -Y sign -n ...``).
-SIGNATURE_NAMESPACE = "mhaspec-certificate"
 
 
 class CertificateError(ValueError):
@@ -43,6 +50,65 @@ def canonical(body: dict) -> bytes:
 def seal(body: dict) -> dict:
     """The certificate: ``body`` plus ``sha256`` of its canonical form."""
     return {**body, "sha256": hashlib.sha256(canonical(body)).hexdigest()}
+
+
+class BackendRecord(NamedTuple):
+    """What a certificate says of its backend: the reference it was loaded by, its name,
+    framework and version, protocol version, claimed capabilities, declared deviations (key ->
+    reason) and, for a backend that scopes them, the capabilities of each operation."""
+
+    ref: str
+    name: str
+    framework: str
+    framework_version: str
+    protocol_version: int
+    capabilities: list[str]
+    deviations: dict[str, str]
+    capabilities_by_operation: dict[str, list[str]] | None = None
+
+
+def body(*, spec, suite_version: str, backend: BackendRecord,
+         devices: dict[str, tuple[str, list[str], dict[str, str]]],
+         unavailable_devices: dict[str, str], hypothesis: dict, results: list[dict], run: dict,
+         failure_groups: list[dict], clauses: list[dict]) -> dict:
+    """The body of a certificate (:data:`SCHEMA_ID`, ``certificate.schema.json``) of a run of the
+    suite against ``spec`` (a :class:`mhaspec.spec.Spec`), before :func:`seal`.
+
+    ``devices``: claimed device -> (its name, the dtypes run, its precision flags);
+    ``hypothesis``: the settings as run (profile, seed, max_examples, derandomize, phases);
+    ``results``: the run's result records (their calls and examples are counted, their unshrunk
+    failures too); ``run``: what ran (pytest arguments and exit status, selection, ...);
+    ``failure_groups``: :func:`~mhaspec.conformance.verdicts.failure_groups`; ``clauses``: the
+    clause entries of :func:`~mhaspec.conformance.verdicts.clause_verdicts`. The summary is
+    computed from the clauses, as :func:`check_consistency` checks it."""
+    scoped = ({} if backend.capabilities_by_operation is None
+              else {"capabilities_by_operation": backend.capabilities_by_operation})
+    return {
+        "schema": SCHEMA_ID,
+        "spec": {"name": spec.name, "version": spec.version, "status": spec.status},
+        "suite": {"version": suite_version, "git_commit": git_commit(),
+                  "files_sha256": suite_files.digest()},
+        "backend": {"ref": backend.ref, "name": backend.name, "framework": backend.framework,
+                    "framework_version": backend.framework_version,
+                    "protocol_version": backend.protocol_version,
+                    "capabilities": backend.capabilities, "deviations": backend.deviations,
+                    **scoped},
+        "environment": {
+            "python": platform.python_version(), "platform": platform.platform(),
+            "devices": {d: {"name": name, "dtypes": dtypes, "precision_flags": flags}
+                        for d, (name, dtypes, flags) in devices.items()},
+            "unavailable_devices": unavailable_devices},
+        "hypothesis": {**hypothesis,
+                       "backend_calls": sum(r.get("calls", 0) for r in results),
+                       "examples": sum(r.get("examples", 0) for r in results)},
+        "run": {**run, "failures_not_shrunk": sum(r.get("shrunk") is False for r in results)},
+        "failure_groups": [{k: g[k] for k in ("cause", "clauses", "cells", "tests",
+                                              "typical_relative_error")}
+                           for g in failure_groups],
+        "issued": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "clauses": clauses,
+        "summary": {"verdict": overall_verdict(clauses), "counts": count_verdicts(clauses)},
+    }
 
 
 def loads(text: str | bytes) -> Any:
@@ -122,8 +188,6 @@ def released_clauses(version: str) -> tuple[tuple[str, str, bool], ...] | None:
 
     The current version's clauses come from :func:`mhaspec.spec.load`; earlier released versions
     from their frozen renderings (``spec/mhaspec-<version>.md``)."""
-    from mhaspec.spec import load
-
     spec = load()
     if version == spec.version:
         return tuple((c.id, c.title, c.testable) for c in spec.clauses)
@@ -161,10 +225,6 @@ def check_consistency(cert: dict) -> list[str]:
       and :func:`~mhaspec.conformance.verdicts.count_verdicts` compute from the clauses;
     * the backend did not run inside the judging process (:func:`backend_process`).
     """
-    from mhaspec.backends.validation import REJECTION_CLAUSES
-    from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, describe_counts,
-                                              entry_problem, overall_verdict)
-
     version = cert["spec"]["version"]
     known = released_clauses(version)
     if known is None:
@@ -228,8 +288,6 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
     (:data:`~mhaspec.conformance.clause_capabilities.NEEDS`) among the claimed ones; a deviation
     (or stale deviation) needs a declared deviation of that clause (``ID`` or ``ID@op``); every
     cell it ran on must be a claimed one (``cells``: ``device/dtype``)."""
-    from mhaspec.conformance.clause_capabilities import NEEDS
-
     cid, verdict = clause["id"], clause["verdict"]
     outside = sorted(set(clause["ran_on"]) - cells)
     if outside:
@@ -301,79 +359,8 @@ def git_commit(package_dir: pathlib.Path | None = None) -> str | None:
     return lines[1]
 
 
-def signature_path(path: pathlib.Path) -> pathlib.Path:
-    """Where :func:`sign` writes the detached signature of the certificate ``path``."""
-    return pathlib.Path(f"{path}.sig")
-
-
-def sign(path: pathlib.Path, key: pathlib.Path) -> pathlib.Path:
-    """Sign the certificate file ``path`` with the OpenSSH private ``key``; returns the detached
-    signature :func:`signature_path` (``ssh-keygen -Y sign -n mhaspec-certificate``). An existing
-    signature file is refused (ssh-keygen would keep it): the caller removes it first."""
-    sig = signature_path(path)
-    if os.path.lexists(sig):
-        raise CertificateError(f"{sig} exists: remove it first")
-    # an absolute path: a file named like an option ("-h") stays a file name
-    _ssh_keygen("-Y", "sign", "-f", str(key), "-n", SIGNATURE_NAMESPACE, str(path.absolute()))
-    if not sig.is_file():
-        raise CertificateError(f"ssh-keygen reported success but wrote no {sig}")
-    return sig
-
-
-def check_signature(data: bytes, signature: pathlib.Path, allowed_signers: pathlib.Path,
-                    identity: str) -> str:
-    """Check the detached OpenSSH ``signature`` over the certificate bytes ``data`` against the
-    keys ``allowed_signers`` lists for ``identity``; returns ssh-keygen's one-line report or raises
-    :class:`CertificateError`."""
-    return _ssh_keygen("-Y", "verify", "-f", str(allowed_signers), "-I", identity,
-                       "-n", SIGNATURE_NAMESPACE, "-s", str(signature), stdin=data)
-
-
-def _ssh_keygen(*args: str, stdin: bytes | None = None) -> str:
-    try:
-        out = subprocess.run(["ssh-keygen", *args], input=stdin, capture_output=True, timeout=60,
-                             stdin=None if stdin is not None else subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise CertificateError("ssh-keygen (OpenSSH 8.1 or later) is needed for signatures and "
-                               "was not found") from None
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise CertificateError(f"ssh-keygen failed: {exc}") from None
-    text = " ".join((out.stdout + out.stderr).decode("utf-8", "replace").split())
-    if out.returncode != 0:
-        raise CertificateError(f"ssh-keygen {args[1]} failed: "
-                               f"{text or f'exit status {out.returncode}'}")
-    return text
-
-
-_MD_ESCAPES = {c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
-                                                  "$": "&#36;"}
-
-
-def md_text(text: object) -> str:
-    """``text`` as inline Markdown that renders literally: one line (newlines and other control
-    characters become spaces), emphasis, code, links, table cells, HTML and ``$`` (the site's
-    LaTeX delimiter) escaped. An underscore
-    between two letters or digits (``split_heads``) cannot open or close emphasis and stays as is."""
-    line = "".join(c if c.isprintable() else " " for c in str(text))
-    return "".join(c if c == "_" and 0 < i < len(line) - 1 and line[i - 1].isalnum()
-                   and line[i + 1].isalnum() else _MD_ESCAPES.get(c, c)
-                   for i, c in enumerate(line))
-
-
-def md_fenced(text: str) -> list[str]:
-    """``text`` in a code fence longer than any run of backticks inside it (so it cannot close the
-    fence); control characters other than newlines are written as escapes."""
-    safe = "".join(c if c.isprintable() or c == "\n" else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
-    longest = max((len(m) for m in re.findall(r"`+", safe)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return [fence, safe, fence]
-
-
 def spec_status(version: str) -> str:
     """"draft" for the current version while it is a draft, else "released"."""
-    from mhaspec.spec import load
-
     current = load()
     return current.status if version == current.version else "released"
 
@@ -389,111 +376,3 @@ def superseded_draft(cert: dict) -> bool:
 def spec_label(spec: dict) -> str:
     """``1.2 (draft)`` or ``1.1``: a certificate's spec version as people should read it."""
     return spec["version"] + (" (draft)" if spec.get("status") == "draft" else "")
-
-
-def process_row(run: dict) -> list[str]:
-    """The Markdown row saying where the backend ran (none for a certificate that does not say)."""
-    if run.get("backend_process") != "sealed":
-        return []
-    return [f"| backend process | its own, sealed from the judge; restarted "
-            f"{run.get('backend_restarts', 0)} times |"]
-
-
-def condition_values(conditions: list[str]) -> tuple[str, int, str]:
-    """A clause's recorded ``conditions`` (rows ``"dim=value, ..."``, then ``"not implemented:
-    ..."``) compactly: ``("dim: v1, v2; dim: ...", rows, "kept-out values")``."""
-    rows = [c for c in conditions if not c.startswith("not implemented: ")]
-    values: dict[str, list[str]] = {}
-    for row in rows:
-        for item in row.split(", "):
-            dim, _, value = item.partition("=")
-            if value not in values.setdefault(dim, []):
-                values[dim].append(value)
-    from mhaspec.conformance.conditions import DIMENSIONS
-
-    def order(dim: str, value: str) -> int:  # the space's order of values, others last
-        known = DIMENSIONS.get(dim, ())
-        return known.index(value) if value in known else len(known)
-
-    kept_out = [c.removeprefix("not implemented: ") for c in conditions if c not in rows]
-    return ("; ".join(f"{d}: {', '.join(sorted(v, key=lambda x: order(d, x)))}"
-                      for d, v in values.items()), len(rows), ", ".join(kept_out))
-
-
-def to_markdown(cert: dict) -> str:
-    """A human-readable rendering of a certificate; every string it takes from the certificate is
-    escaped (:func:`md_text`, :func:`md_fenced`), so none can add a heading, a table cell or HTML."""
-    from mhaspec.conformance.tolerance import format_ratio
-    from mhaspec.conformance.verdicts import backend_notes, verdict_label
-
-    b = cert["backend"]
-    informative = {cid for cid, _, t in released_clauses(cert["spec"]["version"]) or () if not t}
-    devices = cert["environment"]["devices"]
-    device_names = ", ".join(f"{md_text(d)}: {md_text(v['name'])}" for d, v in devices.items())
-    device_dtypes = "; ".join(f"{md_text(d)}: " + ", ".join(v["dtypes"]) for d, v in devices.items())
-    hyp = cert["hypothesis"]
-    commit = suite_identity(cert["suite"])
-    from mhaspec import coverage
-
-    claimed = ", ".join(md_text(c) for c in b.get("capabilities", [])) or "none"
-    lines = [f"# mhaspec certificate: {md_text(b['name'])}", "",
-             f"**Verdict: {coverage.headline(cert)}** (suite {md_text(cert['suite']['version'])}, "
-             f"{md_text(commit)}), for the capabilities it claims: {claimed}.", "",
-             "| | |", "|---|---|",
-             f"| covers | {coverage.summary(coverage.of(cert))} |",
-             f"| backend | {md_text(b['name'])} ({md_text(b['ref'])}) |",
-             f"| framework | {md_text(b['framework'])} {md_text(b['framework_version'])} |",
-             f"| devices | {device_names} |",
-             f"| dtypes | {device_dtypes} |",
-             f"| hypothesis | profile {hyp['profile']}, seed {hyp['seed']}, "
-             + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
-             + f"{hyp['backend_calls']} backend calls |",
-             f"| issued | {md_text(cert['issued'])} |",
-             *process_row(cert.get("run", {})), "",
-             "| clause | title | verdict | worst NUM-3 ratio | runs | ran on |",
-             "|---|---|---|---|---|---|"]
-    for c in cert["clauses"]:
-        ran_on = ", ".join(md_text(x) for x in c["ran_on"])
-        if c.get("not_run_on"):
-            ran_on += "; NOT RUN on " + ", ".join(md_text(x) for x in c["not_run_on"])
-        ratio = "not finite" if c["worst_ratio"] is None else format_ratio(c["worst_ratio"])
-        lines.append(f"| {md_text(c['id'])} | {md_text(c['title'])} | "
-                     f"{md_text(verdict_label(c, informative))} | {ratio} | {c['runs']} | {ran_on} |")
-    notes = backend_notes(cert["clauses"])
-    if notes:
-        lines += [""] + [f"- {md_text(n)}" for n in notes]
-    if b["deviations"]:
-        lines += ["", "Declared deviations:", ""]
-        lines += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in sorted(b["deviations"].items())]
-    groups = cert.get("failure_groups") or []
-    if groups:
-        run = cert.get("run", {})
-        lines += ["", "## Failures by likely cause", ""]
-        for g in groups:
-            typical = g.get("typical_relative_error")
-            by = f", typical relative error {typical:.0e}" if typical is not None else ""
-            lines.append(f"- **{md_text(g['cause'])}** {len(g['clauses'])} clauses, {g['tests']} "
-                         f"tests on {', '.join(md_text(c) for c in g['cells'])}{by}: "
-                         + ", ".join(md_text(c) for c in g["clauses"]))
-        if run.get("failures_not_shrunk"):
-            lines += ["", f"{run['failures_not_shrunk']} failures were not shrunk (shrinking: "
-                          f"{md_text(run.get('shrink', ''))}; `--mhaspec-shrink-all` shrinks every one)."]
-    ran = [c for c in cert["clauses"] if c.get("conditions")]
-    if ran:
-        lines += ["", "## Conditions that ran", "",
-                  "Per clause, the values of each dimension of its condition space its cases held "
-                  "(`conformance/conditions.py`), the number of distinct combinations, and what a "
-                  "capability not claimed kept out.", "",
-                  "| clause | values | combinations | not implemented |", "|---|---|---|---|"]
-        for c in ran:
-            values, count, kept_out = condition_values(c["conditions"])
-            lines.append(f"| {md_text(c['id'])} | {md_text(values)} | {count} | "
-                         f"{md_text(kept_out) or '-'} |")
-    failing = [c for c in cert["clauses"] if c["failures"]]
-    if failing:
-        lines += ["", "## Failures", ""]
-        for c in failing:
-            for msg in c["failures"]:
-                lines += [f"### {md_text(c['id'])}", "", *md_fenced(msg), ""]
-    lines += ["", f"SHA-256 of the canonical body: `{cert['sha256']}` (check with `mhaspec verify`)."]
-    return "\n".join(lines) + "\n"

@@ -20,17 +20,17 @@ that path (``run.backend_process``).
 
 from __future__ import annotations
 
-import datetime
 import json
 import pathlib
-import platform
 import random
 import re
 import time
 
-from mhaspec import __version__, certificate, installed_version, runner, sealed
+from mhaspec import __version__, certificate, certificate_markdown, installed_version, runner, sealed
+from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities
+from mhaspec.conformance import verdicts
+from mhaspec.spec import load as load_spec
 from mhaspec.usage import UsageError, one_line, printable, writable_dir, writable_file
-from mhaspec import suite_files
 
 DEFAULT_PROFILE = "certify"
 #: pytest-xdist off: its workers would load the backend themselves, inside judging processes
@@ -111,22 +111,18 @@ def _int_or_none(value):
         return None
 
 
-def operation_capabilities(backend) -> dict:
-    """``{"capabilities_by_operation": {op: [...]}}`` for a backend that scopes its capabilities
-    to an operation (``capabilities_for``), else ``{}``."""
-    from mhaspec.conformance.harness import OPS, op_capabilities
-
+def operation_capabilities(backend) -> dict[str, list[str]] | None:
+    """``{op: [capability, ...]}`` for a backend that scopes its capabilities to an operation
+    (``capabilities_for``), else None."""
     if getattr(backend, "capabilities_for", None) is None:
-        return {}
-    return {"capabilities_by_operation": {op: sorted(op_capabilities(backend, op)) for op in OPS}}
+        return None
+    return {op: sorted(op_capabilities(backend, op)) for op in OPS}
 
 
 def declared_deviations(backend, claimed: dict[str, list[str]]) -> dict[str, str]:
     """Key -> reason of every deviation ``backend`` declares for the ``claimed`` cells (device ->
     dtypes): its ``deviations``, and those it declares for some cells only (``deviations_on``),
     each reason then led by the cells it holds on (``"on cpu/float16: ..."``)."""
-    from mhaspec.conformance.harness import cell_deviations
-
     out = dict(backend.deviations)
     scoped: dict[tuple[str, str], list[str]] = {}
     for device, dtypes in claimed.items():
@@ -189,9 +185,6 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
 
 def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int | None,
              output_dir, pytest_args, call_timeout: float | None) -> int:
-    from mhaspec.conformance import verdicts
-    from mhaspec.spec import load as load_spec
-
     suite_version = check_suite_version()
     paths = output_paths(output_dir, backend.name)
     check_not_another_backends(paths["json"], ref)
@@ -212,52 +205,39 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     not_run = [r for r in collector.not_run() if r["backend"] == backend.name]
     claimed = collector.claimed()[backend.name]
     clauses = verdicts.clause_verdicts(results, spec, claimed, not_run)
-    verdict, counts = verdicts.overall_verdict(clauses), verdicts.count_verdicts(clauses)
     devices = backend.devices()
     hyp = collector.hypothesis
-    body = {
-        "schema": certificate.SCHEMA_ID,
-        "spec": {"name": spec.name, "version": spec.version, "status": spec.status},
-        "suite": {"version": suite_version, "git_commit": certificate.git_commit(),
-                  "files_sha256": suite_files.digest()},
-        "backend": {"ref": ref, "name": backend.name, "framework": backend.framework,
-                    "framework_version": str(backend.framework_version()),
-                    "protocol_version": int(getattr(backend, "protocol_version", 1)),
-                    "capabilities": sorted(backend.capabilities),
-                    "deviations": declared_deviations(backend, claimed),
-                    **operation_capabilities(backend)},
-        "environment": {
-            "python": platform.python_version(), "platform": platform.platform(),
-            "devices": {d: {"name": backend.device_name(d), "dtypes": claimed[d],
-                            "precision_flags": {k: str(v) for k, v in
-                                                backend.precision_flags(d).items()}}
-                        for d in claimed},
-            "unavailable_devices": {d: why for d, why in devices.items() if why is not None}},
-        "hypothesis": {"profile": hyp["profile"], "seed": _int_or_none(hyp.get("seed")),
-                       "max_examples": hyp["max_examples"], "derandomize": hyp["derandomize"],
-                       "phases": hyp["phases"],
-                       "backend_calls": sum(r.get("calls", 0) for r in results),
-                       "examples": sum(r.get("examples", 0) for r in results)},
-        "run": {"pytest_args": recorded_args(list(run.args), paths["failures"]),
-                "pytest_exit_status": run.exit_code,
-                "selection": collector.selection,
-                "call_timeout_s": collector.call_timeout,
-                "backend_process": "sealed", "backend_restarts": backend.process.restarts,
-                "tests_run": len(results), "tests_not_run": len(not_run),
-                "shrink": "every failure" if collector.shrink_all else "first failure of each cell",
-                "failures_not_shrunk": sum(r.get("shrunk") is False for r in results),
-                "seconds": round(seconds, 1)},
-        "failure_groups": [{k: g[k] for k in ("cause", "clauses", "cells", "tests",
-                                              "typical_relative_error")}
-                           for g in verdicts.failure_groups(results)],
-        "issued": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "clauses": clauses,
-        "summary": {"verdict": verdict, "counts": counts},
-    }
+    body = certificate.body(
+        spec=spec, suite_version=suite_version,
+        backend=certificate.BackendRecord(
+            ref=ref, name=backend.name, framework=backend.framework,
+            framework_version=str(backend.framework_version()),
+            protocol_version=int(getattr(backend, "protocol_version", 1)),
+            capabilities=sorted(backend.capabilities),
+            deviations=declared_deviations(backend, claimed),
+            capabilities_by_operation=operation_capabilities(backend)),
+        devices={d: (backend.device_name(d), claimed[d],
+                     {k: str(v) for k, v in backend.precision_flags(d).items()}) for d in claimed},
+        unavailable_devices={d: why for d, why in devices.items() if why is not None},
+        hypothesis={"profile": hyp["profile"], "seed": _int_or_none(hyp.get("seed")),
+                    "max_examples": hyp["max_examples"], "derandomize": hyp["derandomize"],
+                    "phases": hyp["phases"]},
+        results=results,
+        run={"pytest_args": recorded_args(list(run.args), paths["failures"]),
+             "pytest_exit_status": run.exit_code,
+             "selection": collector.selection,
+             "call_timeout_s": collector.call_timeout,
+             "backend_process": "sealed", "backend_restarts": backend.process.restarts,
+             "tests_run": len(results), "tests_not_run": len(not_run),
+             "shrink": "every failure" if collector.shrink_all else "first failure of each cell",
+             "seconds": round(seconds, 1)},
+        failure_groups=verdicts.failure_groups(results),
+        clauses=clauses)
     cert = certificate.seal(body)
+    verdict = cert["summary"]["verdict"]
     certificate.verify(cert)
     paths["json"].write_text(json.dumps(cert, indent=1, sort_keys=True, allow_nan=False) + "\n", "utf-8")
-    paths["markdown"].write_text(certificate.to_markdown(cert), "utf-8")
+    paths["markdown"].write_text(certificate_markdown.to_markdown(cert), "utf-8")
     print(f"mhaspec certify: {printable(backend.name)} {verdict} "
           f"(clauses: {verdicts.describe_counts(clauses, spec.testable_ids)}); tests: "
           f"{len(results)} run, {len(not_run)} not run; {seconds:.1f} s; certificate {paths['json']}")

@@ -13,10 +13,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 from mhaspec.backends import ALL_DTYPES, CAPABILITIES
+from mhaspec.backends.claim_readers import OPS
 from mhaspec.backends.sub_cases import check_rules
-
-OPS = ("sdpa", "mha")
-
 
 class ClaimError(ValueError):
     """A claim of the wrong type or value (one line, naming the member)."""

@@ -20,7 +20,8 @@ import os
 import pathlib
 import sys
 
-from mhaspec import __version__, certificate, coverage
+from mhaspec import __version__, certificate, certificate_markdown, certificate_signature, coverage
+from mhaspec import backends
 from mhaspec.usage import (ArgumentParser, UsageError, checked_backend, install_hint, one_line,
                            printable, read_bounded)
 
@@ -81,13 +82,14 @@ def cmd_verify(args) -> int:
             text = read_bounded(md, args.max_bytes, "Markdown file").decode("utf-8")
         except UnicodeDecodeError as exc:
             raise UsageError(f"cannot read {printable(md)}: {one_line(exc)}") from None
-        if text != certificate.to_markdown(cert):
+        if text != certificate_markdown.to_markdown(cert):
             raise UsageError(f"{printable(md)} is not the Markdown rendering of {printable(path)}")
         lines.append(f"markdown: {printable(md)} is the rendering of the JSON")
     if args.signature:
         try:
-            said = certificate.check_signature(data, pathlib.Path(args.signature),
-                                               pathlib.Path(args.allowed_signers), args.identity)
+            said = certificate_signature.check_signature(
+                data, pathlib.Path(args.signature), pathlib.Path(args.allowed_signers),
+                args.identity)
         except certificate.CertificateError as exc:
             raise UsageError(f"{printable(args.signature)}: "
                              f"{printable(one_line(exc), limit=400)}") from None
@@ -103,7 +105,7 @@ def cmd_verify(args) -> int:
 def cmd_sign(args) -> int:
     path = pathlib.Path(args.certificate)
     _, cert = _read_certificate(path, certificate.MAX_BYTES)
-    sig = certificate.signature_path(path)
+    sig = certificate_signature.signature_path(path)
     existed = os.path.lexists(sig)
     if existed and (sig.is_dir() and not sig.is_symlink()):
         raise UsageError(f"signature path {printable(sig)} is a directory")
@@ -113,14 +115,14 @@ def cmd_sign(args) -> int:
         certificate.check_consistency(cert)
         if existed:
             sig.unlink()  # ssh-keygen would keep the old signature; a symlink is removed, not followed
-        certificate.sign(path, pathlib.Path(args.key))
+        certificate_signature.sign(path, pathlib.Path(args.key))
     except certificate.CertificateError as exc:
         raise UsageError(f"{printable(path)}: {printable(one_line(exc), limit=400)}") from None
     except OSError as exc:
         raise UsageError(f"cannot replace {printable(sig)}: {one_line(exc.strerror or exc)}") from None
     print(f"{printable(path)}: signed, signature {printable(sig)} "
           f"{'replaced the previous one' if existed else 'written'} (namespace "
-          f"{certificate.SIGNATURE_NAMESPACE})")
+          f"{certificate_signature.SIGNATURE_NAMESPACE})")
     return 0
 
 
@@ -132,10 +134,8 @@ def cmd_replay(args) -> int:
 
 
 def cmd_backends(args) -> int:
-    from mhaspec.backends import registered_backends
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up log, not a reason
-    rows = sorted(registered_backends().items())
+    rows = sorted(backends.registered_backends().items())
     name_width = max((len(printable(n)) for n, _ in rows), default=0)
     target_width = max((len(printable(t)) for _, t in rows), default=0)
     for name, target in rows:
@@ -220,7 +220,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sign", help="sign a certificate with an OpenSSH key (ssh-keygen -Y sign)",
                        description="Check a certificate's integrity and consistency, then write "
                                    "the detached signature CERT.sig (namespace "
-                                   f"{certificate.SIGNATURE_NAMESPACE}).")
+                                   f"{certificate_signature.SIGNATURE_NAMESPACE}).")
     s.add_argument("certificate", help="the certificate's JSON file")
     s.add_argument("--key", required=True, help="OpenSSH private key file (ssh-keygen -t ed25519)")
     s.add_argument("--force", action="store_true", help="replace an existing CERT.sig")

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from mhaspec.certificate import released_clauses, spec_label
+from mhaspec.spec import load
+
 #: Clause verdicts that certify a clause.
 CERTIFIED = ("pass", "deviation")
 
@@ -67,9 +70,6 @@ def of(cert: dict) -> Coverage:
 
     Chapters come in the order of the certificate's clauses; which are optional is read from the
     current spec's chapter titles (chapter ids are stable across versions)."""
-    from mhaspec.certificate import released_clauses
-    from mhaspec.spec import load
-
     known = released_clauses(cert["spec"]["version"]) or ()
     testable = {cid for cid, _, t in known if t}
     optional_clauses = {cid for cid, title, _ in known if is_optional(title)}
@@ -115,8 +115,6 @@ def headline(cert: dict) -> str:
     """The verdict with what it covers, plain text (every part schema-checked, so safe in
     Markdown): ``conforms on 42 of 73 testable clauses of mhaspec 1.2``, or ``does not conform
     (40 of 73 testable clauses of mhaspec 1.2 certified)``."""
-    from mhaspec.certificate import spec_label
-
     cov = of(cert)
     verdict = cert["summary"]["verdict"]
     of_spec = (f"{cov.certified} of {cov.testable} testable clauses of mhaspec "

@@ -9,14 +9,15 @@ member sizes, ``.npy`` headers, shapes, dtypes) before any array is read; see
 
 from __future__ import annotations
 
+from mhaspec.backends import registered_backends
+from mhaspec.conformance import failure_file, harness
+from mhaspec.conformance.replay import Unjudgeable, describe, judgeable_reference
 from mhaspec.usage import UsageError, checked_backend, one_line, printable
 
 
 def backend_ref(meta: dict, *, backend: str | None, recorded_backend: bool) -> str:
     """The backend to replay on: ``backend`` when the user named one; the file's recorded name
     when ``recorded_backend`` is set and that name is registered; otherwise a :class:`UsageError`."""
-    from mhaspec.backends import registered_backends
-
     recorded = meta["backend"]
     if backend is not None:
         if recorded_backend:
@@ -37,9 +38,6 @@ def replay_file(path, *, backend: str | None = None, recorded_backend: bool = Fa
                 max_bytes: int) -> int:
     """Replay the case saved at ``path``: 0 if the backend now conforms on it, 1 if it still
     fails; a :class:`UsageError` for a file or backend that cannot be used."""
-    from mhaspec.conformance import failure_file, harness
-    from mhaspec.conformance.replay import Unjudgeable, describe, judgeable_reference
-
     try:
         meta, case = failure_file.read_case(path, max_bytes=max_bytes)
     except failure_file.FailureFileError as exc:

@@ -33,6 +33,7 @@ from typing import Iterable, NamedTuple
 import pytest
 
 from mhaspec import usage
+from mhaspec.conformance import plugin
 
 #: Arguments every run of the suite starts with.
 #: The only pytest plugins an in-process run loads, besides pytest's own: the suite's and
@@ -133,8 +134,6 @@ class _Provider:
 
     @pytest.hookimpl(trylast=True)  # after the mhaspec plugin has set up its stash
     def pytest_configure(self, config) -> None:
-        from mhaspec.conformance import plugin
-
         self.collector = config.stash[plugin.COLLECTOR_KEY]
         for backend in self.backends:  # a backend in its own process times its calls itself
             if hasattr(backend, "call_timeout"):
@@ -166,8 +165,6 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
     ``only``: refuse a run whose arguments select any other backend. Raises :class:`RunError`
     when pytest reports a usage error or no result could be collected."""
     from hypothesis import configuration
-
-    from mhaspec.conformance import plugin
 
     provider = _Provider(plugin.PROVIDER, list(backends), refs or {}, only)
     with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
@@ -203,18 +200,19 @@ def _environment(**changes: str | None):
     """Environment variables set (None: removed) for the duration of the block."""
     saved = {k: os.environ.get(k) for k in changes}
     try:
-        for k, v in changes.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_environment(changes)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_environment(saved)
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    """Set each variable of ``values`` (None: remove it)."""
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 from mhaspec import certificate, coverage, usage
+from mhaspec.certificate_markdown import md_text
 from mhaspec.backends import loadable
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
@@ -188,7 +189,7 @@ def _grid(board: Board, chapters: list[str], link_dir: str) -> list[str]:
              + " |", "|---|" + "---|" * len(chapters)]
     for row in board.rows:
         target = f"{link_dir}/{quote(row.markdown)}"
-        lines.append(f"| [{certificate.md_text(row.name)}]({target}) | "
+        lines.append(f"| [{md_text(row.name)}]({target}) | "
                      + " | ".join(_cell(row, ch, target) for ch in chapters) + " |")
     return lines
 
@@ -199,7 +200,7 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
     the certificates of a draft since released, listed to be re-issued."""
     heading = title(board)
     core = max((r.coverage.core.testable for r in board.rows), default=0)
-    shown = certificate.md_text(heading)
+    shown = md_text(heading)
     lines = [f"[![{shown}: one row per implementation, one column per chapter]({image})]"
              f'({image} "{attribute(heading)}: open full size"){{ .mh-scoreboard }}', "",
              f"*{shown}. Click the picture to open it full size.*", "",
@@ -214,8 +215,8 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
         cov = row.coverage
         dev = f" ({cov.deviations} dev.)" if cov.deviations else ""
         target = f"{link_dir}/{quote(row.markdown)}"
-        lines.append(f"| [{certificate.md_text(row.name)}]({target}) | "
-                     f"{certificate.md_text(row.library)} | {row.verdict} | "
+        lines.append(f"| [{md_text(row.name)}]({target}) | "
+                     f"{md_text(row.library)} | {row.verdict} | "
                      f"{cov.certified} of {cov.testable}{dev} | {cov.core.certified} of "
                      f"{cov.core.testable} | "
                      f"{', '.join(ch for ch in cov.levels if ch != 'core') or 'none'} |")
@@ -231,8 +232,8 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
         lines += ["", "Not in the grid: certificates issued against a draft that has since been "
                       "released, kept as the record of their runs until they are re-issued "
                       "(`mhaspec certify NAME --profile ci`): "
-                  + "; ".join(f"[{certificate.md_text(s.name)}]({link_dir}/{quote(s.markdown)}) "
-                              f"({s.label}, issued {certificate.md_text(s.issued[:10])})"
+                  + "; ".join(f"[{md_text(s.name)}]({link_dir}/{quote(s.markdown)}) "
+                              f"({s.label}, issued {md_text(s.issued[:10])})"
                               for s in board.superseded) + "."]
     lines += ["", "Regenerate with `mhaspec scoreboard` (from the certificates) or `mhaspec "
                   "scoreboard --certify all` (certify every implementation this machine can run "

@@ -18,6 +18,9 @@ import sys
 import tempfile
 from typing import NoReturn
 
+from mhaspec.backends import BackendLoadError, load_backend
+from mhaspec.backends.optional import install_line
+
 
 class UsageError(Exception):
     """Bad input from the user: reported as one line, exit status 2."""
@@ -91,11 +94,8 @@ def checked_backend(ref: str):
     """The backend ``ref`` names (registered name or ``module:attr``), with its framework version
     read once; any failure -- an import that raises, a constructor or ``framework_version()``
     that raises, a protocol member missing -- is a :class:`UsageError` naming the backend."""
-    from mhaspec.backends import BackendLoadError
-    from mhaspec.backends import load_backend as load
-
     try:
-        backend = load(ref)
+        backend = load_backend(ref)
     except BackendLoadError as exc:
         raise UsageError(one_line(exc)) from None
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the backend's own code failed
@@ -114,8 +114,6 @@ def checked_backend(ref: str):
 
 def install_hint(module: str | None) -> str:
     """``": pip install 'mhaspec[EXTRA]'"`` for a missing ``module`` an extra installs, else ""."""
-    from mhaspec.backends.optional import install_line
-
     line = install_line(module) if module else None
     return f": {line}" if line else ""
 

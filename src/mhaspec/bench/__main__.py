@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,8 @@ from mhaspec import generated, usage
 from mhaspec.spec import SPEC_VERSION
 
 from . import vjp_cost
-from ._worker import blas_threads, mha_flops
+from ._worker import mha_flops
+from .measure import blas_threads, run_worker
 
 EXAMPLE = (32, 50, 512, 8)  # the source document's size: B, L, d_model, h
 D_MODEL, HEADS = 512, 8
@@ -48,21 +48,6 @@ MEMORY = ["numpy-perhead", "numpy-batched", "numpy-chunked", "torch-batched", "t
 NEVER_SKIP = ["numpy-batched", "numpy-chunked", "torch-native-mha", "torch-native-sdpa"]
 PERHEAD_PAIRS = {"numpy-batched": "numpy-perhead", "torch-batched": "torch-perhead",
                  "jax-batched": "jax-perhead", "tf-batched": "tf-perhead"}
-
-
-def run_worker(args: list[str], timeout: float) -> dict:
-    """Run a worker command in a fresh interpreter and return its JSON result (or an error)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    try:
-        proc = subprocess.run([sys.executable, "-m", "mhaspec.bench._worker", *args],
-                              capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    for line in proc.stdout.splitlines():
-        if line.startswith("@@RESULT@@"):
-            return json.loads(line[len("@@RESULT@@"):])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-    return {"error": f"exit {proc.returncode}: {tail[0][:200]}"}
 
 
 def available(framework: str) -> bool:

@@ -13,28 +13,21 @@ NumPy batched, NumPy per-head and PyTorch's fused ``nn.MultiheadAttention`` in o
 from __future__ import annotations
 
 import json
-import os
-import resource
 import sys
 import time
 import tracemalloc
 
 import numpy as np
 
+from mhaspec.backends import MHAParams, load_backend, loadable
+
 from . import vjp_cost
+from .measure import alternate, blas_threads, current_rss_bytes, peak_rss_bytes, timeit
 
 SEED = 0
 
 
 # -- threads -------------------------------------------------------------------------------------
-def blas_threads() -> int:
-    """Threads NumPy's BLAS uses (threadpoolctl when installed, else the CPU count)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return os.cpu_count() or 1
-    counts = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
-    return max(counts) if counts else (os.cpu_count() or 1)
 
 
 def torch_module():
@@ -63,19 +56,6 @@ def mha_flops(batch: int, length: int, d_model: int, heads: int) -> float:
 
 
 # -- timing --------------------------------------------------------------------------------------
-def timeit(fn, *, warmup: int, min_reps: int, max_reps: int, min_time: float) -> dict:
-    """Median wall time of ``fn()`` after ``warmup`` calls (compilation happens there)."""
-    t0 = time.perf_counter()
-    for _ in range(warmup):
-        fn()
-    first = time.perf_counter() - t0
-    times = []
-    while len(times) < max_reps and (len(times) < min_reps or sum(times) < min_time):
-        s = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - s)
-    return {"median_s": float(np.median(times)), "min_s": float(np.min(times)), "reps": len(times),
-            "warmup_s": first}
 
 
 def matmul_roof(framework: str, n: int = 2048, reps: int = 5) -> float:
@@ -107,8 +87,6 @@ def feature_arguments(be, batch: int, length: int, heads: int) -> dict:
 def protocol_call(name: str, batch, length, d_model, heads, *, backward=False, features=False):
     """A zero-argument forward (or forward+backward) of the registered backend ``name``; with
     ``features``, a spec 1.2 call (:func:`feature_arguments`, forward only)."""
-    from mhaspec.backends import MHAParams, load_backend
-
     be = load_backend(name)
     x, ps = make_inputs(batch, length, d_model, heads)
     xa = be.asarray(x, dtype="float32")
@@ -244,15 +222,6 @@ def retime_outliers(results: list[dict], spec: dict) -> None:
             row["retimed"] = True
 
 
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def current_rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int,
                features: bool = False) -> dict:
     """One forward pass in this fresh process: peak RSS added over the state after building the
@@ -278,18 +247,6 @@ def cmd_memory(name: str, batch: int, length: int, d_model: int, heads: int,
             "tracemalloc_peak_bytes": traced, "time_s": elapsed}
 
 
-def alternate(calls: dict, rounds: int) -> dict:
-    """Time each zero-argument call of ``calls`` (name -> call) in alternating blocks, ``rounds``
-    blocks each, so that a burst of load from other work hits them alike: ``{"median_s": {name:
-    median of the block medians}, "block_medians_s": {name: [...]}}``."""
-    times = {n: [] for n in calls}
-    for _ in range(rounds):
-        for n, call in calls.items():
-            r = timeit(call, warmup=2, min_reps=5, max_reps=15, min_time=0.3)
-            times[n].append(r["median_s"])
-    return {"median_s": {n: float(np.median(v)) for n, v in times.items()}, "block_medians_s": times}
-
-
 def cmd_headline(batch: int, length: int, d_model: int, heads: int, rounds: int) -> dict:
     """NumPy batched, NumPy per-head and torch nn.MultiheadAttention (fast path), timed in
     alternating blocks in one process, torch with NumPy's thread count."""
@@ -309,8 +266,6 @@ def cmd_pair(names: list[str], batch: int, length: int, d_model: int, heads: int
 def cmd_variants() -> dict[str, list[str]]:
     """framework -> the registered backends (entry points) built on it that import here, except the
     native-op adapters: the bench times the native ops themselves (``torch-native-*``)."""
-    from mhaspec.backends import loadable
-
     out: dict[str, list[str]] = {}
     for name, backend in loadable().backends.items():  # a framework not installed: left out
         if not getattr(backend, "native_op", ""):

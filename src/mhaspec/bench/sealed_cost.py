@@ -17,14 +17,13 @@ import argparse
 import time
 
 from mhaspec import runner, sealed, usage
+from mhaspec.conformance import judge, verdicts
+from mhaspec.spec import load as load_spec
 
 
 def run_suite(backend, ref: str, *, profile: str, seed: int, extra: list[str]) -> tuple[float, dict]:
     """Seconds of one run of the suite on ``backend`` and its clause id -> (verdict, satisfied_by,
     stale_on)."""
-    from mhaspec.conformance import judge, verdicts
-    from mhaspec.spec import load as load_spec
-
     judge.clear_oracle_cache()  # each run computes its own oracle
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, extra=extra)
     started = time.monotonic()
@@ -39,9 +38,6 @@ def run_suite(backend, ref: str, *, profile: str, seed: int, extra: list[str]) -
 
 def tally(entries: dict) -> str:
     """``"2 informative, 73 pass"``: the clause counts as certify words them."""
-    from mhaspec.conformance import verdicts
-    from mhaspec.spec import load as load_spec
-
     return verdicts.describe_counts([{"id": c, "verdict": v} for c, (v, _, _) in entries.items()],
                                     load_spec().testable_ids)
 

@@ -23,6 +23,11 @@ import time
 
 import numpy as np
 
+from mhaspec import usage
+from mhaspec.backends import load_backend
+
+from .measure import alternate, blas_threads, current_rss_bytes, peak_rss_bytes, run_worker
+
 LONG_L = 16384
 PAIR_L = 4096
 HEADS, D_HEAD = 8, 64  # the bench's d_model = 512 in h = 8 heads
@@ -31,8 +36,6 @@ HEADS, D_HEAD = 8, 64  # the bench's d_model = 512 in h = 8 heads
 def vjp_call(name: str, batch: int, length: int, heads: int = HEADS, d: int = D_HEAD):
     """A zero-argument ``attention_vjp`` of backend ``name`` on float32 self-attention-sized
     q, k, v (B, h, L, d), seeded, with a random output cotangent."""
-    from mhaspec.backends import load_backend
-
     be = load_backend(name)
     rng = np.random.default_rng(0)
     q, k, v, d_out = (be.asarray(rng.standard_normal((batch, heads, length, d)), dtype="float32")
@@ -43,8 +46,6 @@ def vjp_call(name: str, batch: int, length: int, heads: int = HEADS, d: int = D_
 def cmd_memory(name: str, batch: int, length: int) -> dict:
     """One call in this fresh process: tracemalloc's peak and the peak RSS it adds."""
     import tracemalloc
-
-    from ._worker import current_rss_bytes, peak_rss_bytes
 
     fn = vjp_call(name, batch, length)
     base_rss = current_rss_bytes()
@@ -62,8 +63,6 @@ def cmd_memory(name: str, batch: int, length: int) -> dict:
 
 def cmd_pair(names: list[str], batch: int, length: int, rounds: int) -> dict:
     """``names`` at one size, timed in alternating blocks in one process."""
-    from ._worker import alternate, blas_threads
-
     calls = {n: vjp_call(n, batch, length) for n in names}
     return {"B": batch, "L": length, "threads": blas_threads(), **alternate(calls, rounds)}
 
@@ -104,10 +103,6 @@ def section(result: dict | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mhaspec import usage
-
-    from .__main__ import run_worker
-
     parser = usage.ArgumentParser(prog="mhaspec.bench.vjp_cost", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="L = 4096 for memory and 1024 for speed (default: 16384 and 4096)")
