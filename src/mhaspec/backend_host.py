@@ -22,8 +22,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from mhaspec import usage, wire
-from mhaspec.backends import AttentionOutputs, MHAParams
+from mhaspec import codec, usage, wire
 
 OPS = ("sdpa", "mha")
 
@@ -133,41 +132,20 @@ class Host:
             return error(exc)
 
     def decode(self, v, arrays: list):
-        """A request's value: ``{"h": id}`` an array of the table, ``{"a": i}`` the i-th NumPy array
-        of the message, ``{"t": [...]}`` a tuple, ``{"params": [...]}`` :class:`MHAParams`,
-        ``{"d": {...}}`` a dict, lists and scalars as they are."""
-        if isinstance(v, list):
-            return [self.decode(x, arrays) for x in v]
-        if not isinstance(v, dict):
-            return v
-        (tag, x), = v.items()
-        if tag == "h":
-            return self.table[x]
-        if tag == "a":
-            return arrays[x]
-        if tag == "t":
-            return tuple(self.decode(y, arrays) for y in x)
-        if tag == "params":
-            return MHAParams(*(self.decode(y, arrays) for y in x))
-        return {k: self.decode(y, arrays) for k, y in x.items()}
+        """A request's value (:mod:`mhaspec.codec`): ``{"h": id}`` an array of the table, ``{"a":
+        i}`` the i-th NumPy array of the message."""
+        return codec.decode(v, lambda obj: self.table[obj["h"]] if "h" in obj else arrays[obj["a"]])
 
     def encode(self, v, out: list):
-        """A result as JSON: scalars as they are, tuples ``{"t"}``, lists, dicts ``{"d"}``,
-        :class:`AttentionOutputs` ``{"outputs"}``, and every other object as a backend array
-        (:meth:`export`)."""
-        if v is None or isinstance(v, (str, bool, int, float)):
-            return v
-        if isinstance(v, AttentionOutputs):
-            return {"outputs": {k: self.encode(x, out) for k, x in v._asdict().items()}}
-        if isinstance(v, tuple):
-            return {"t": [self.encode(x, out) for x in v]}
-        if isinstance(v, list):
-            return [self.encode(x, out) for x in v]
-        if isinstance(v, dict):
-            return {"d": {str(k): self.encode(x, out) for k, x in v.items()}}
+        """A result as JSON (:mod:`mhaspec.codec`): every object that is no scalar or container
+        is a backend array (:meth:`export`)."""
+        return codec.encode(v, lambda x: self.keep(x, out))
+
+    def keep(self, x, out: list) -> dict:
+        """The backend array ``x`` kept in the table under a new id and exported."""
         i, self.next_id = self.next_id, self.next_id - 1
-        self.table[i] = v
-        return self.export(v, out, i)
+        self.table[i] = x
+        return self.export(x, out, i)
 
     def export(self, x, out: list, i: int) -> dict:
         """``{"h": id, "a": index, "device": device_of}`` of the backend array ``x``, its
