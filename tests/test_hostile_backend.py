@@ -152,6 +152,68 @@ def misbehaving(how):
     return backend
 
 
+class DiesInAttention(NumpyBackend):
+    """Every SDPA call ends its process: the diagnosis after the run meets a dead backend too."""
+
+    capabilities = frozenset({"sdpa", "weights"})
+
+    def __init__(self):
+        super().__init__("batched")
+        self.name = "dies-in-attention"
+
+    def scaled_dot_product_attention(self, q, k, v, **kw):
+        os._exit(3)
+
+
+class HugeAnswer(Heads):
+    """split_heads answers 300 MiB in the float16 cell."""
+
+    def split_heads(self, x, num_heads):
+        if x.dtype == np.float16:
+            return np.zeros(300 << 20, np.uint8)
+        return super().split_heads(x, num_heads)
+
+
+class StopsTheJudge(Heads):
+    """In the float16 cell, stops its parent (the judge), takes 4 s, answers, and a thread
+    continues the judge once the answer is in the pipe: the judge's clock must count those 4 s."""
+
+    def split_heads(self, x, num_heads):
+        if x.dtype == np.float16:
+            import threading
+
+            judge = os.getppid()
+            os.kill(judge, signal.SIGSTOP)
+            threading.Timer(5.0, os.kill, (judge, signal.SIGCONT)).start()
+            time.sleep(4)
+        return super().split_heads(x, num_heads)
+
+
+def _sees_the_judge():
+    """Whether this process sees the judge's environment, folder or entry point."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return {"environment": "JUDGE_ONLY_SECRET" in os.environ,
+            "folder": os.getcwd() == os.path.dirname(os.path.abspath(__file__)),
+            "main": "backend_host" in f"{getattr(spec, 'name', '')} {sys.argv}"}
+
+
+class SeesTheJudge(Heads):
+    """Wrong in every cell when it can tell it runs under certify (its ``__main__`` or argv
+    name the host), or sees the judge's environment or folder; its name says what it saw."""
+
+    def __init__(self):
+        seen = _sees_the_judge()
+        super().__init__("sees-" + ("-".join(k for k, v in seen.items() if v) or "nothing"))
+        self.certified = any(seen.values())
+
+    def split_heads(self, x, num_heads):
+        out = super().split_heads(x, num_heads)
+        return out * 0 if self.certified else out
+
+
 XFAIL = RaisesXfail("raises-xfail")
 CUDA_TORCH = ClaimsACudaDevice("cuda-torch")
 SHIFTING = Shifting("shifting")
@@ -162,6 +224,10 @@ BLOCKED_SIGNALS = misbehaving("blocked-signals")
 SEGFAULT = misbehaving("segfault")
 EXIT = misbehaving("exit")
 TO_NUMPY_HANG = misbehaving("to-numpy-hang")
+DIES_IN_ATTENTION = DiesInAttention()
+HUGE_ANSWER = HugeAnswer("huge-answer")
+STOPS_THE_JUDGE = StopsTheJudge("stops-the-judge")
+SEES_THE_JUDGE = SeesTheJudge
 PROTOCOL_STR = wrong("protocol_version", "1")
 FRAMEWORK_INT = wrong("framework", 3)
 FLAGS_LIST = wrong("precision_flags", lambda device: ["tf32"])
@@ -185,14 +251,15 @@ def work(tmp_path) -> pathlib.Path:
 
 
 def certify(cwd: pathlib.Path, ref: str, *args: str, timeout: float = 300, path=None,
-            python: tuple[str, ...] = ("-m", "mhaspec.cli")):
+            python: tuple[str, ...] = ("-m", "mhaspec.cli"), extra_env: dict | None = None):
     """``mhaspec certify`` of ``hostile_backends:ref`` in ``cwd`` (``path``: first on PYTHONPATH;
-    ``python``: what runs the command line, ``-m mhaspec.cli`` or a ``-c`` script around it)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    ``python``: what runs the command line, ``-m mhaspec.cli`` or a ``-c`` script around it;
+    ``extra_env``: variables added to the judge's environment)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"} | (extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join([*([str(path)] if path else []), str(cwd),
                                          os.environ.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, *python, "certify", f"hostile_backends:{ref}",
-                           "--profile", "ci", "--seed", "0", "--output-dir", "certs", *args],
+                           "--profile", "ci", "--output-dir", "certs", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -375,3 +442,76 @@ def test_a_hang_or_a_crash_fails_that_call_and_the_run_goes_on(work, ref, words)
     assert cert["run"]["backend_process"] == "sealed"
     assert all("float16" in m for m in head1["failures"]), head1["failures"]
     assert set(head1["ran_on"]) == {"cpu/float64", "cpu/float32", "cpu/float16"}
+
+
+def test_a_backend_that_dies_in_the_diagnosis_still_gets_a_certificate(work):
+    """Old: the diagnosis after the run met BackendDied (a BaseException past its ``except
+    Exception``): a traceback and no certificate."""
+    proc = certify(work, "DIES_IN_ATTENTION", "--", "-k", "test_attention_equals_softmax")
+    assert proc.returncode == 1, output(proc)
+    cert = certificate(work, "dies-in-attention")
+    assert clause(cert, "SDPA-1")["verdict"] == "fail"
+    assert "no diagnosis: the checks raised BackendDied" in proc.stdout, output(proc)
+
+
+def test_an_answer_past_the_cap_fails_that_call_unread(work):
+    """Old: any answer up to 4 GiB was read (the judge holding about twice that)."""
+    proc = certify(work, "HUGE_ANSWER", "--", *HEADS_ONLY)
+    assert proc.returncode == 1, output(proc)
+    head1 = clause(certificate(work, "huge-answer"), "HEAD-1")
+    assert head1["verdict"] == "fail"
+    assert all("at most 256 MiB" in m and "float16" in m for m in head1["failures"]), head1
+
+
+def test_stopping_the_judge_does_not_stop_its_clock(work):
+    """Old: the judge, stopped by SIGSTOP while the backend took 4 s, found the answer waiting
+    when continued and passed a call 2.5 times past its limit."""
+    proc = certify(work, "STOPS_THE_JUDGE", "--call-timeout", "1.5", "--", *HEADS_ONLY)
+    assert proc.returncode == 1, output(proc)
+    head1 = clause(certificate(work, "stops-the-judge"), "HEAD-1")
+    assert head1["verdict"] == "fail", head1
+    assert all("per-call time limit of 1.5 s" in m and "float16" in m
+               for m in head1["failures"]), head1["failures"]
+
+
+def test_the_backend_sees_neither_the_judges_environment_nor_folder_nor_entry(work):
+    """Old: the backend's process inherited the judge's environment and working folder and ran
+    as ``python -m mhaspec.backend_host``: one ``if`` on any of them told it it was certified
+    (issue 36, attack 5). Detection of the host is still possible by other means (its modules,
+    its pipes); the certificate and docs/certificates.md say so, and the audit re-run answers it."""
+    env_proc = certify(work, "SEES_THE_JUDGE", "--", *HEADS_ONLY, extra_env={"JUDGE_ONLY_SECRET": "1"})
+    assert (work / "certs" / "sees-nothing.json").is_file(), (
+        sorted(p.name for p in (work / "certs").iterdir()), output(env_proc))
+    assert clause(certificate(work, "sees-nothing"), "HEAD-1")["verdict"] == "pass"
+
+
+FLIP_REPORTS = ("import pytest\n\n@pytest.hookimpl(wrapper=True)\n"
+                "def pytest_runtest_makereport(item, call):\n"
+                "    report = yield\n    report.outcome = 'passed'\n    return report\n")
+
+
+def test_pytest_plugins_in_the_environment_is_refused(work):
+    """Old: ``PYTEST_PLUGINS=flipper`` loaded a plugin into the judging process that turned every
+    failure into a pass: a backend wrong in every cell conformed (issue 36, attack 4)."""
+    (work / "flipper.py").write_text(FLIP_REPORTS, "utf-8")
+    proc = certify(work, "ONLY_IN_HARNESS", "--", *HEADS_ONLY, extra_env={"PYTEST_PLUGINS": "flipper"})
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "PYTEST_PLUGINS" in lines[0], output(proc)
+    assert not (work / "certs" / "only-in-harness.json").exists()
+
+
+def test_a_seed_with_the_fixed_inputs_of_ci_is_refused(work):
+    """Old: ``--profile ci --seed 7`` ran the same derandomized inputs as any other seed and the
+    certificate named seed 7: a backend that memorised the ci inputs conformed under every seed
+    (issue 36, attack 6). Now a seed there is a one-line usage error and a ci certificate says
+    "fixed inputs (ci profile)" instead of a seed."""
+    for args in (["--seed", "7"], ["--", "--hypothesis-seed=7"]):
+        proc = certify(work, "SHIFTING", *args)
+        assert proc.returncode == 2, output(proc)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--seed has no effect with --profile ci" in lines[0], output(proc)
+    proc = certify(work, "SHIFTING", "--", *HEADS_ONLY)
+    hypothesis = certificate(work, "shifting")["hypothesis"]
+    assert hypothesis["seed"] is None and hypothesis["inputs"] == "fixed inputs (ci profile)", output(proc)
+    assert "fixed inputs (ci profile)" in (work / "certs" / "shifting.md").read_text("utf-8")

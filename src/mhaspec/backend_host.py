@@ -1,5 +1,5 @@
 """The backend's own process under ``mhaspec certify``: it holds the backend and array conversion
-only (``python -m mhaspec.backend_host REF FD_IN FD_OUT``).
+only (started by :mod:`mhaspec.backend_process`, entry :func:`main`).
 
 It loads the backend, reads its claims once (:func:`read_claims`, plain JSON; their types are
 checked by the judging process) and then answers requests over :mod:`mhaspec.wire` until the pipe
@@ -190,7 +190,15 @@ def serve(ref: str, fd_in: int, fd_out: int) -> int:
         wire.send(fd_out, reply, out)
 
 
-if __name__ == "__main__":
-    ref, fd_in, fd_out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - the backend reads nothing from the terminal
-    sys.exit(serve(ref, fd_in, fd_out))
+def main() -> None:
+    """The process's entry (:data:`mhaspec.backend_process.HOST_ENTRY`): the first message on
+    stdin names the backend, the answer pipe and the folder a local module lies in; stdin then
+    moves to a descriptor of its own and reads ``/dev/null``."""
+    fd_in = os.dup(0)
+    start, _ = wire.receive(fd_in)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    if start.get("path"):
+        sys.path.append(start["path"])
+    sys.exit(serve(start["ref"], fd_in, int(start["answers"])))

@@ -1,7 +1,8 @@
 """The backend's process as the judging process sees it: started, asked, timed, stopped, restarted.
 
-:class:`BackendProcess` runs ``python -m mhaspec.backend_host`` in a session of its own with two
-pipes, and :meth:`~BackendProcess.request` sends one :mod:`mhaspec.wire` message and waits for the
+:class:`BackendProcess` runs :mod:`mhaspec.backend_host` (``python -c`` :data:`HOST_ENTRY`) in a
+session of its own, in a fresh working folder, with a scrubbed environment
+(:func:`backend_environment`) and two pipes, and :meth:`~BackendProcess.request` sends one :mod:`mhaspec.wire` message and waits for the
 answer within a time limit. Past the limit the whole session is killed (``SIGKILL``: a C-level loop
 or an ignored ``SIGALRM`` ends too) and :class:`harness.CallTimeout` names the limit; a process that
 dies (a segfault, ``os._exit``) raises :class:`BackendDied` naming how it ended. Either way the
@@ -14,16 +15,23 @@ from __future__ import annotations
 
 import fcntl
 import os
+import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from mhaspec import wire
+from mhaspec.backends import registered_backends
 from mhaspec.conformance.harness import CallTimeout
 
 #: seconds the backend's process may take to import and load the backend and read its claims
 STARTUP_LIMIT = 600.0
+#: the most bytes of arrays one answer of the backend's process may hold (the suite's largest
+#: answer is a few MiB; the judging process holds about twice what it reads)
+MAX_ANSWER = 256 << 20
 
 
 class BackendDied(BaseException):
@@ -41,6 +49,7 @@ class BackendProcess:
         self.generation = 0  # starts so far; arrays of an earlier one are gone
         self.restarts = 0
         self.first: dict = {}
+        self.cwd: str | None = None  # the process's own working folder
 
     def start(self) -> dict:
         """Start the process; returns its first message (``{"claims": ...}`` or ``{"load_error":
@@ -48,12 +57,14 @@ class BackendProcess:
         self.stop()
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
+        self.cwd = tempfile.mkdtemp(prefix="mhaspec-backend-")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mhaspec.backend_host", self.ref, str(from_parent), str(to_parent)],
-            pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL, start_new_session=True)
+            [sys.executable, "-c", HOST_ENTRY], stdin=from_parent, pass_fds=(to_parent,),
+            cwd=self.cwd, env=backend_environment(), start_new_session=True)
         os.close(from_parent)
         os.close(to_parent)
         self.fd_in, self.fd_out = from_child, to_child
+        wire.send(self.fd_out, {"ref": self.ref, "answers": to_parent, "path": local_folder(self.ref)})
         for fd in (from_child, to_child):
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
         self.generation += 1
@@ -97,7 +108,7 @@ class BackendProcess:
     def _answer(self, deadline: float | None, what: str, late: str):
         """The next message from the process, by ``deadline`` (:class:`CallTimeout` ``late``)."""
         try:
-            return wire.receive(self.fd_in, deadline)
+            answer = wire.receive(self.fd_in, deadline, MAX_ANSWER)
         except wire.WireTimeout:
             self.stop()
             raise CallTimeout(late) from None
@@ -109,6 +120,10 @@ class BackendProcess:
         except BaseException:
             self.stop()
             raise
+        if deadline is not None and time.monotonic() > deadline:  # the judge was stopped meanwhile
+            self.stop()
+            raise CallTimeout(late)
+        return answer
 
     def _ended(self) -> str:
         """How the process ended (it is reaped, and the pipes closed)."""
@@ -138,3 +153,40 @@ class BackendProcess:
             if fd >= 0:
                 os.close(fd)
         self.fd_in = self.fd_out = -1
+        if self.cwd is not None:
+            shutil.rmtree(self.cwd, ignore_errors=True)
+            self.cwd = None
+
+
+#: the backend's process runs this (``python -c``): its ``__main__`` and ``sys.argv`` (``["-c"]``)
+#: name no module of the judge; the reference and the answer pipe come as the first message
+HOST_ENTRY = "__import__('mhaspec.backend_host').backend_host.main()"
+
+#: the variables the backend's process inherits (and those starting with one of KEEP_PREFIXES):
+#: where to find programs, libraries and caches, the locale, and the frameworks' own settings
+KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+                  "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "SYSTEMROOT"})
+KEEP_PREFIXES = ("LC_", "XDG_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "XLA_", "JAX_", "TF_", "TORCH",
+                 "OMP_", "MKL_", "OPENBLAS_", "KMP_", "HF_", "TRANSFORMERS_", "KERAS_")
+
+
+def backend_environment(environ=None) -> dict[str, str]:
+    """The judge's environment scrubbed for the backend's process: :data:`KEEP` and
+    :data:`KEEP_PREFIXES` only, ``PYTHONPATH`` entries made absolute (its cwd is a fresh folder)."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k in KEEP or k.startswith(KEEP_PREFIXES)}
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) if p else os.getcwd()
+                                            for p in env["PYTHONPATH"].split(os.pathsep))
+    return env
+
+
+def local_folder(ref: str) -> str | None:
+    """The judge's current folder when ``ref`` is a ``module:attr`` whose module lies there
+    (``NAME.py`` or ``NAME/``, imported from there as ``python -m`` would), else None: the
+    backend's process runs in a folder of its own and gets only this one of the judge's."""
+    module, sep, _ = ref.partition(":")
+    if not sep or ref in registered_backends():
+        return None
+    top, here = module.split(".")[0], pathlib.Path.cwd()
+    return str(here) if (here / f"{top}.py").is_file() or (here / top).is_dir() else None

@@ -162,7 +162,7 @@ def check_consistency(cert: dict) -> list[str]:
     * the backend did not run inside the judging process (:func:`backend_process`).
     """
     from mhaspec.backends.validation import REJECTION_CLAUSES
-    from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, describe_counts,
+    from mhaspec.conformance.verdicts import (CONFORMS, NOT_CHECKED, count_verdicts, describe_counts,
                                               entry_problem, overall_verdict)
 
     version = cert["spec"]["version"]
@@ -185,6 +185,15 @@ def check_consistency(cert: dict) -> list[str]:
         raise CertificateError(f"the clauses are not those of spec {version}: "
                                f"missing {missing[:20]}, unknown {unknown[:20]}, "
                                f"repeated {twice[:20]}")
+    strange = sorted(key for key in cert["backend"]["deviations"]
+                     if key.partition("@")[0] not in expected)
+    if strange:
+        raise CertificateError(f"it declares deviations of {', '.join(strange[:5])}: no clause of "
+                               f"spec {version}")
+    slashed = sorted(d for d in cert["environment"]["devices"] if "/" in d)
+    if slashed:
+        raise CertificateError(f"device {slashed[0]!r} has a '/' in its name: its cells "
+                               f"(device/dtype) are ambiguous")
     cells = {f"{d}/{t}" for d, v in cert["environment"]["devices"].items() for t in v["dtypes"]}
     for c in cert["clauses"]:
         title, testable = expected[c["id"]]
@@ -205,6 +214,10 @@ def check_consistency(cert: dict) -> list[str]:
     if cert["summary"]["counts"] != counts:
         raise CertificateError(f"the summary counts {cert['summary']['counts']} are not the clauses' "
                                f"{counts}")
+    status = cert.get("run", {}).get("pytest_exit_status", 0)
+    if verdict == CONFORMS and status != 0:
+        raise CertificateError(f"it conforms, but its pytest run ended with exit status {status}: "
+                               f"a conforming run exits 0")
     covered = {x for c in cert["clauses"] for x in (*c["ran_on"], *c.get("not_run_on", ()))}
     if verdict != NOT_CHECKED and cells - covered:
         raise CertificateError(f"it claims {', '.join(sorted(cells - covered))}, where no clause "
@@ -229,6 +242,7 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
     (or stale deviation) needs a declared deviation of that clause (``ID`` or ``ID@op``); every
     cell it ran on must be a claimed one (``cells``: ``device/dtype``)."""
     from mhaspec.conformance.clause_capabilities import NEEDS
+    from mhaspec.conformance.tolerance import K
 
     cid, verdict = clause["id"], clause["verdict"]
     outside = sorted(set(clause["ran_on"]) - cells)
@@ -236,6 +250,10 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
         raise CertificateError(f"clause {cid} ran on {', '.join(outside)}, which the certificate "
                                f"does not claim")
     if verdict == "pass":
+        ratio = clause.get("worst_ratio")
+        if ratio is not None and not ratio <= K * (1 + 1e-9):
+            raise CertificateError(f"clause {cid} passes with a NUM-3 ratio of {ratio:.3g}, past "
+                                   f"K = {K:g}: a pass needs a ratio of at most K")
         if clause["runs"] < 1 or not clause["ran_on"]:
             raise CertificateError(f"clause {cid} passes with {clause['runs']} runs on "
                                    f"{clause['ran_on'] or 'no cell'}: a pass needs a run")
@@ -435,7 +453,8 @@ def to_markdown(cert: dict) -> str:
              f"| framework | {md_text(b['framework'])} {md_text(b['framework_version'])} |",
              f"| devices | {device_names} |",
              f"| dtypes | {device_dtypes} |",
-             f"| hypothesis | profile {hyp['profile']}, seed {hyp['seed']}, "
+             f"| hypothesis | profile {hyp['profile']}, "
+             f"{md_text(hyp['inputs']) if hyp.get('inputs') else 'seed ' + str(hyp['seed'])}, "
              + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
              + f"{hyp['backend_calls']} backend calls |",
              f"| issued | {md_text(cert['issued'])} |",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import pathlib
 import platform
 import random
@@ -170,11 +171,44 @@ def check_pytest_args(pytest_args: list[str]) -> None:
             raise UsageError(f"certify runs without pytest-xdist workers: {printable(arg)}")
 
 
+#: profiles whose inputs are fixed (derandomized): a seed changes nothing there
+FIXED_INPUT_PROFILES = ("ci", "triage")
+#: variables that would load code into the judging process (``PYTEST_ADDOPTS`` is dropped for
+#: the run, :func:`mhaspec.runner.run_in_process`)
+PLUGIN_VARIABLES = ("PYTEST_PLUGINS",)
+
+
+def fixed_inputs(profile: str) -> str | None:
+    """What a certificate says instead of a seed for a derandomized ``profile`` (else None)."""
+    return f"fixed inputs ({profile} profile)" if profile in FIXED_INPUT_PROFILES else None
+
+
+def check_seed(profile: str, seed: int | None, pytest_args: list[str]) -> None:
+    """Refuse (:class:`UsageError`) a seed (``--seed`` or ``--hypothesis-seed``) with a profile
+    whose inputs are fixed: it would have no effect, and the certificate would name a seed that
+    chose nothing."""
+    given = seed is not None or any(a.split("=")[0] == "--hypothesis-seed" for a in pytest_args)
+    if given and profile in FIXED_INPUT_PROFILES:
+        raise UsageError(f"--seed has no effect with --profile {profile} ({fixed_inputs(profile)}: "
+                         f"derandomized); use --profile certify or dev for seeded inputs")
+
+
+def check_environment(environ) -> None:
+    """Refuse (:class:`UsageError`) to judge with a variable set that loads a plugin into the
+    judging process (:data:`PLUGIN_VARIABLES`)."""
+    for name in PLUGIN_VARIABLES:
+        if environ.get(name):
+            raise UsageError(f"{name} is set ({printable(environ[name])[:80]}): it would load code "
+                             f"into the judging process; unset it to certify")
+
+
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
             call_timeout: float | None = None) -> int:
     """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise)."""
+    check_environment(os.environ)
     check_pytest_args(list(pytest_args))
+    check_seed(profile, seed, list(pytest_args))
     try:
         backend = sealed.open_sealed(ref, call_timeout=call_timeout)
     except sealed.SealedError as exc:
@@ -194,12 +228,14 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     suite_version = check_suite_version()
     paths = output_paths(output_dir, backend.name)
     check_not_another_backends(paths["json"], ref)
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
+    fixed = fixed_inputs(profile)
+    if fixed is None and seed is None:
+        seed = random.SystemRandom().randrange(2**32)
     spec = load_spec()
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
                              call_timeout=call_timeout, extra=[*NO_WORKERS, *pytest_args])
     print(f"mhaspec certify: {printable(backend.name)} against spec {spec.version}, profile "
-          f"{profile}, seed {seed}", flush=True)
+          f"{profile}, {fixed or f'seed {seed}'}", flush=True)
     started = time.monotonic()
     try:
         run = runner.run_in_process(args, backends=[backend], refs={backend.name: ref})
@@ -231,7 +267,9 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
                                                 backend.precision_flags(d).items()}}
                         for d in claimed},
             "unavailable_devices": {d: why for d, why in devices.items() if why is not None}},
-        "hypothesis": {"profile": hyp["profile"], "seed": _int_or_none(hyp.get("seed")),
+        "hypothesis": {"profile": hyp["profile"],
+                       "seed": None if fixed else _int_or_none(hyp.get("seed")),
+                       **({"inputs": fixed} if fixed else {}),
                        "max_examples": hyp["max_examples"], "derandomize": hyp["derandomize"],
                        "phases": hyp["phases"],
                        "backend_calls": sum(r.get("calls", 0) for r in results),
