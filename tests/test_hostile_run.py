@@ -281,3 +281,34 @@ def test_a_name_two_distributions_register_is_refused(tmp_path, monkeypatch):
     message = str(caught.value)
     assert "registered by more than one distribution" in message and "shadow-backend" in message
     assert "shadow:BACKEND" in message and "\n" not in message
+
+
+def test_an_installed_file_that_differs_from_its_record_is_named(tmp_path, monkeypatch):
+    """A wheel install is checked against its RECORD before the backend starts
+    (mhaspec.judge_files.record_mismatches); an editable install, whose RECORD hashes no module,
+    gives None."""
+    import base64
+    import hashlib
+
+    from mhaspec import judge_files
+
+    package = tmp_path / "fakejudge"
+    package.mkdir()
+    (package / "__init__.py").write_text("KEEP = 1\n", "utf-8")
+    (package / "judge.py").write_text("PASS = False\n", "utf-8")
+
+    def hashed(text: str) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+
+    dist = tmp_path / "fakejudge-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakejudge\nVersion: 1.0\n", "utf-8")
+    (dist / "RECORD").write_text(
+        f"fakejudge/__init__.py,sha256={hashed('KEEP = 1' + chr(10))},9\n"
+        f"fakejudge/judge.py,sha256={hashed('PASS = False' + chr(10))},13\n"
+        "fakejudge-1.0.dist-info/RECORD,,\n", "utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert judge_files.record_mismatches("fakejudge") == []
+    (package / "judge.py").write_text("PASS = True\n", "utf-8")
+    assert judge_files.record_mismatches("fakejudge") == ["fakejudge/judge.py"]
+    assert judge_files.record_mismatches("mhaspec") is None  # this checkout: an editable install

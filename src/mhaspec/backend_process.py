@@ -13,6 +13,7 @@ read out of step.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import pathlib
@@ -42,8 +43,9 @@ class BackendDied(BaseException):
 class BackendProcess:
     """One backend reference served by a process of its own (started on first use)."""
 
-    def __init__(self, ref: str, *, startup_limit: float = STARTUP_LIMIT) -> None:
-        self.ref, self.startup_limit = ref, startup_limit
+    def __init__(self, ref: str, *, startup_limit: float = STARTUP_LIMIT,
+                 sandbox: bool = False) -> None:
+        self.ref, self.startup_limit, self.sandbox = ref, startup_limit, sandbox
         self.proc: subprocess.Popen | None = None
         self.fd_in = self.fd_out = -1  # ours: the process's answers, our requests
         self.generation = 0  # starts so far; arrays of an earlier one are gone
@@ -55,11 +57,13 @@ class BackendProcess:
         """Start the process; returns its first message (``{"claims": ...}`` or ``{"load_error":
         ...}``). Raises :class:`BackendDied` or :class:`CallTimeout` when it sends none."""
         self.stop()
+        become_subreaper()
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
         self.cwd = tempfile.mkdtemp(prefix="mhaspec-backend-")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", HOST_ENTRY], stdin=from_parent, pass_fds=(to_parent,),
+            [*(SANDBOX if self.sandbox else ()), sys.executable, "-c", HOST_ENTRY],
+            stdin=from_parent, pass_fds=(to_parent,),
             cwd=self.cwd, env=backend_environment(), start_new_session=True)
         os.close(from_parent)
         os.close(to_parent)
@@ -141,14 +145,21 @@ class BackendProcess:
             return f"the backend's process died ({name})"
         return f"the backend's process exited with status {code}"
 
+    def park(self) -> None:
+        """Stop the process without counting a restart: the next request starts a fresh one."""
+        self.stop()
+        self.proc = None
+
     def stop(self) -> None:
-        """Kill the process's session (if running) and close the pipes."""
+        """Kill the process's session (if running) and every descendant of it that left the
+        session (:func:`kill_orphans`), and close the pipes."""
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.proc.wait()
+        kill_orphans()
         for fd in (self.fd_in, self.fd_out):
             if fd >= 0:
                 os.close(fd)
@@ -156,6 +167,75 @@ class BackendProcess:
         if self.cwd is not None:
             shutil.rmtree(self.cwd, ignore_errors=True)
             self.cwd = None
+
+
+#: prctl's PR_SET_CHILD_SUBREAPER (Linux): orphaned descendants are reparented to this process
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the subreaper of its descendants (Linux), so that a grandchild of the
+    backend's process that detached itself (double fork, ``setsid``) becomes this process's child
+    when its parent exits, where :func:`kill_orphans` finds it. False where the system has none."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def kill_orphans(rounds: int = 50) -> int:
+    """Kill (``SIGKILL``) and reap every child of this process outside its own session: the
+    backend's detached descendants reparented here (:func:`become_subreaper`); this process's
+    own children share its session. Repeated while killing one orphans more. Returns how many."""
+    me, session, killed = os.getpid(), os.getsid(0), 0
+    for _ in range(rounds):
+        found = [pid for pid, ppid, sid in _processes() if ppid == me and sid != session]
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            killed += 1
+    return killed
+
+
+def _processes():
+    """(pid, parent pid, session id) of every process ``/proc`` lists (none without ``/proc``)."""
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return
+    for name in names:
+        try:
+            fields = pathlib.Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        yield int(name), int(fields[1]), int(fields[3])
+
+
+#: the sandbox of ``--sandbox``: user, PID and mount namespaces of its own (util-linux
+#: ``unshare``, no privilege needed where the system allows user namespaces); the backend is PID 1
+#: of its namespace with a /proc of its own (it sees no process of the judge, can signal none),
+#: and the whole namespace dies with it. The filesystem stays as the user's: not read-only.
+SANDBOX = ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount",
+           "--mount-proc")
+
+
+def sandbox_problem() -> str | None:
+    """Why :data:`SANDBOX` cannot run here (one line), or None when it can."""
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    try:
+        done = subprocess.run([*SANDBOX, "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unshare failed: {exc}"
+    return None if done.returncode == 0 else f"unshare failed: {done.stderr.strip()[:200]}"
 
 
 #: the backend's process runs this (``python -c``): its ``__main__`` and ``sys.argv`` (``["-c"]``)

@@ -283,8 +283,12 @@ def backend_process(cert: dict) -> str:
     if where is None:
         return ("backend process: not recorded (issued before the sealed path: the backend ran "
                 "inside the judging process)")
+    startup = run.get("startup_code")
     return (f"backend process: its own, sealed from the judge (restarted "
-            f"{run.get('backend_restarts', 0)} times after a hang or a crash)")
+            f"{run.get('backend_restarts', 0)} times after a hang or a crash); "
+            f"{run.get('sandbox', 'sandbox not recorded')}"
+            + ("" if startup is None else f"; start-up code in the judging process: "
+               f"{len(startup)} ({'; '.join(startup)[:600] or 'none'})"))
 
 
 def git_commit(package_dir: pathlib.Path | None = None) -> str | None:

@@ -268,10 +268,11 @@ class SealedBackend:
             raise BackendDied(f"{self.name}: malformed answer from the backend's process") from None
 
 
-def open_sealed(ref: str, *, call_timeout: float | None) -> SealedBackend:
-    """Start the backend ``ref`` in its own process and freeze its claims; :class:`SealedError`
-    (one line) when it cannot load, its claims cannot be read or have the wrong type."""
-    process = BackendProcess(ref)
+def open_sealed(ref: str, *, call_timeout: float | None, sandbox: bool = False) -> SealedBackend:
+    """Start the backend ``ref`` in its own process (``sandbox``: in
+    :data:`mhaspec.backend_process.SANDBOX`) and freeze its claims; :class:`SealedError` (one
+    line) when it cannot load, its claims cannot be read or have the wrong type."""
+    process = BackendProcess(ref, sandbox=sandbox)
     try:
         first = process.start()
     except BaseException as exc:
