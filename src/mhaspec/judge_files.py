@@ -20,6 +20,8 @@ import pkgutil
 import sys
 from importlib import metadata
 
+import mhaspec
+
 #: the judge's packages whose every module :func:`preload` imports (test modules excepted)
 PRELOADED = ("mhaspec.conformance", "mhaspec.spec")
 #: single modules the judge imports after a run (certificate, rendering, verify)
@@ -44,8 +46,6 @@ def preload() -> int:
 def judge_files() -> list[pathlib.Path]:
     """Every ``.py`` file of the mhaspec package folders (the test modules included) and the file
     of every loaded module of :data:`THIRD_PARTY`."""
-    import mhaspec
-
     folders = {pathlib.Path(p) for p in mhaspec.__path__}
     for name, module in list(sys.modules.items()):
         if name.startswith("mhaspec.") and hasattr(module, "__path__"):
@@ -76,13 +76,14 @@ def changed(before: dict[str, str]) -> list[str]:
 
 
 def record_mismatches(distribution: str = "mhaspec") -> list[str] | None:
-    """The files of an installed ``distribution`` whose content differs from its ``RECORD``
-    hash; None when RECORD hashes none of its modules (an editable install)."""
+    """The files of an installed ``distribution``'s package (``NAME/...``) whose content differs
+    from its ``RECORD`` hash; None when RECORD hashes none of them (an editable install)."""
     try:
         files = metadata.distribution(distribution).files or []
     except metadata.PackageNotFoundError:
         return None
-    hashed = [f for f in files if f.hash is not None and str(f).endswith(".py")]
+    hashed = [f for f in files if f.hash is not None and str(f).endswith(".py")
+              and str(f).startswith(f"{distribution}/")]  # its package, not an editable finder
     if not hashed:
         return None
     bad = []
