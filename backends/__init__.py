@@ -39,7 +39,17 @@ class BackendLoadError(ValueError):
 
 def registered_backends() -> dict[str, str]:
     """Name -> ``module:attr`` for every backend in the ``mhaspec.backends`` entry-point group."""
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return {name: next(iter(targets)) for name, targets in registrations().items()}
+
+
+def registrations() -> dict[str, dict[str, str]]:
+    """Name -> {``module:attr`` -> the distribution registering it}: a name with more than one
+    target is ambiguous (:func:`load_backend` refuses it rather than take the first found)."""
+    found: dict[str, dict[str, str]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if getattr(ep, "dist", None) is not None else "?"
+        found.setdefault(ep.name, {}).setdefault(ep.value, dist)
+    return found
 
 
 def load_backend(ref: str):
@@ -49,7 +59,12 @@ def load_backend(ref: str):
     there, as ``python -m`` would (the folder is appended to ``sys.path``, so it shadows nothing
     installed); a name that is neither registered nor ``module:attr`` gets the closest registered
     names."""
-    registered = registered_backends()
+    found = registrations()
+    if len(found.get(ref, ())) > 1:
+        where = "; ".join(f"{dist}: {target}" for target, dist in found[ref].items())
+        raise BackendLoadError(f"backend name {ref!r} is registered by more than one distribution "
+                               f"({where}): name the one to use as module:attr")
+    registered = {name: next(iter(targets)) for name, targets in found.items()}
     target = registered.get(ref, ref)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:

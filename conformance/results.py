@@ -122,7 +122,10 @@ def _write_diagnoses(tr, backends: list, failed: set[str]) -> None:
         if backend.name in failed:
             try:
                 found = diagnosis.diagnose(backend)
-            except Exception as exc:  # noqa: BLE001 - a diagnosis is a hint, never a crash
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a hint, never a crash: also a call past
+                # its time limit or a backend process that died (BaseExceptions, as CallTimeout)
                 found = f"(no diagnosis: the checks raised {type(exc).__name__})"
             if found:
                 tr.write_line(f"{backend.name}: diagnosis: {found}")

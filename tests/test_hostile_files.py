@@ -696,7 +696,32 @@ def _ran_on_unclaimed_cell(body):
     _passing(body)["ran_on"] = ["cuda/float64"]
 
 
+def _ratio_past_k(body):
+    _passing(body)["worst_ratio"] = 6.3e14
+
+
+def _conforms_beside_exit_status_1(body):
+    body["run"] = {"pytest_args": [], "pytest_exit_status": 1, "call_timeout_s": 60.0,
+                   "selection": {"keyword": None, "markers": None, "deselect": [], "dtypes": None},
+                   "tests_run": 1, "tests_not_run": 0, "seconds": 1.0}
+
+
+def _deviation_of_no_clause(body):
+    body["backend"]["deviations"] = {"NOPE-1": "a clause that does not exist"}
+
+
+def _slash_in_a_device(body):
+    body["environment"]["devices"]["cpu/x"] = body["environment"]["devices"].pop("cpu")
+    for c in body["clauses"]:
+        c["ran_on"] = ["cpu/x/float64"] if c["ran_on"] else []
+
+
 FORGERIES = {"a failing clause under conforms": (_fail_one, "summary"),
+             # issue 36, mediums: each was accepted by verify
+             "a pass with NUM-3 ratio 6.3e14": (_ratio_past_k, "ratio of 6.3e+14"),
+             "conforms beside pytest exit status 1": (_conforms_beside_exit_status_1, "exit status 1"),
+             "a deviation of a clause that does not exist": (_deviation_of_no_clause, "NOPE-1"),
+             "a '/' in a device name": (_slash_in_a_device, "ambiguous"),
              "no clauses": (_drop_clauses, "missing"),
              "a clause twice": (_repeat_clause, "repeated"),
              "another title": (_rename_title, "title"),

@@ -1,5 +1,5 @@
 """The backend's own process under ``mhaspec certify``: it holds the backend and array conversion
-only (``python -m mhaspec.backend_host REF FD_IN FD_OUT``).
+only (started by :mod:`mhaspec.backend_process`, entry :func:`main`).
 
 It loads the backend, reads its claims once (:func:`read_claims`, plain JSON; their types are
 checked by the judging process) and then answers requests over :mod:`mhaspec.wire` until the pipe
@@ -22,8 +22,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from mhaspec import usage, wire
-from mhaspec.backends import AttentionOutputs, MHAParams
+from mhaspec import codec, usage, wire
 
 OPS = ("sdpa", "mha")
 
@@ -133,41 +132,20 @@ class Host:
             return error(exc)
 
     def decode(self, v, arrays: list):
-        """A request's value: ``{"h": id}`` an array of the table, ``{"a": i}`` the i-th NumPy array
-        of the message, ``{"t": [...]}`` a tuple, ``{"params": [...]}`` :class:`MHAParams`,
-        ``{"d": {...}}`` a dict, lists and scalars as they are."""
-        if isinstance(v, list):
-            return [self.decode(x, arrays) for x in v]
-        if not isinstance(v, dict):
-            return v
-        (tag, x), = v.items()
-        if tag == "h":
-            return self.table[x]
-        if tag == "a":
-            return arrays[x]
-        if tag == "t":
-            return tuple(self.decode(y, arrays) for y in x)
-        if tag == "params":
-            return MHAParams(*(self.decode(y, arrays) for y in x))
-        return {k: self.decode(y, arrays) for k, y in x.items()}
+        """A request's value (:mod:`mhaspec.codec`): ``{"h": id}`` an array of the table, ``{"a":
+        i}`` the i-th NumPy array of the message."""
+        return codec.decode(v, lambda obj: self.table[obj["h"]] if "h" in obj else arrays[obj["a"]])
 
     def encode(self, v, out: list):
-        """A result as JSON: scalars as they are, tuples ``{"t"}``, lists, dicts ``{"d"}``,
-        :class:`AttentionOutputs` ``{"outputs"}``, and every other object as a backend array
-        (:meth:`export`)."""
-        if v is None or isinstance(v, (str, bool, int, float)):
-            return v
-        if isinstance(v, AttentionOutputs):
-            return {"outputs": {k: self.encode(x, out) for k, x in v._asdict().items()}}
-        if isinstance(v, tuple):
-            return {"t": [self.encode(x, out) for x in v]}
-        if isinstance(v, list):
-            return [self.encode(x, out) for x in v]
-        if isinstance(v, dict):
-            return {"d": {str(k): self.encode(x, out) for k, x in v.items()}}
+        """A result as JSON (:mod:`mhaspec.codec`): every object that is no scalar or container
+        is a backend array (:meth:`export`)."""
+        return codec.encode(v, lambda x: self.keep(x, out))
+
+    def keep(self, x, out: list) -> dict:
+        """The backend array ``x`` kept in the table under a new id and exported."""
         i, self.next_id = self.next_id, self.next_id - 1
-        self.table[i] = v
-        return self.export(v, out, i)
+        self.table[i] = x
+        return self.export(x, out, i)
 
     def export(self, x, out: list, i: int) -> dict:
         """``{"h": id, "a": index, "device": device_of}`` of the backend array ``x``, its
@@ -212,7 +190,15 @@ def serve(ref: str, fd_in: int, fd_out: int) -> int:
         wire.send(fd_out, reply, out)
 
 
-if __name__ == "__main__":
-    ref, fd_in, fd_out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - the backend reads nothing from the terminal
-    sys.exit(serve(ref, fd_in, fd_out))
+def main() -> None:
+    """The process's entry (:data:`mhaspec.backend_process.HOST_ENTRY`): the first message on
+    stdin names the backend, the answer pipe and the folder a local module lies in; stdin then
+    moves to a descriptor of its own and reads ``/dev/null``."""
+    fd_in = os.dup(0)
+    start, _ = wire.receive(fd_in)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    if start.get("path"):
+        sys.path.append(start["path"])
+    sys.exit(serve(start["ref"], fd_in, int(start["answers"])))

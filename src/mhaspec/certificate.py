@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 from mhaspec import suite_files
 from mhaspec.backends.validation import REJECTION_CLAUSES
 from mhaspec.conformance.clause_capabilities import NEEDS
-from mhaspec.conformance.verdicts import (NOT_CHECKED, count_verdicts, describe_counts,
+from mhaspec.conformance.tolerance import K
+from mhaspec.conformance.verdicts import (CONFORMS, NOT_CHECKED, count_verdicts, describe_counts,
                                           entry_problem, overall_verdict)
 from mhaspec.spec import load
 
@@ -245,6 +246,15 @@ def check_consistency(cert: dict) -> list[str]:
         raise CertificateError(f"the clauses are not those of spec {version}: "
                                f"missing {missing[:20]}, unknown {unknown[:20]}, "
                                f"repeated {twice[:20]}")
+    strange = sorted(key for key in cert["backend"]["deviations"]
+                     if key.partition("@")[0] not in expected)
+    if strange:
+        raise CertificateError(f"it declares deviations of {', '.join(strange[:5])}: no clause of "
+                               f"spec {version}")
+    slashed = sorted(d for d in cert["environment"]["devices"] if "/" in d)
+    if slashed:
+        raise CertificateError(f"device {slashed[0]!r} has a '/' in its name: its cells "
+                               f"(device/dtype) are ambiguous")
     cells = {f"{d}/{t}" for d, v in cert["environment"]["devices"].items() for t in v["dtypes"]}
     for c in cert["clauses"]:
         title, testable = expected[c["id"]]
@@ -265,6 +275,10 @@ def check_consistency(cert: dict) -> list[str]:
     if cert["summary"]["counts"] != counts:
         raise CertificateError(f"the summary counts {cert['summary']['counts']} are not the clauses' "
                                f"{counts}")
+    status = cert.get("run", {}).get("pytest_exit_status", 0)
+    if verdict == CONFORMS and status != 0:
+        raise CertificateError(f"it conforms, but its pytest run ended with exit status {status}: "
+                               f"a conforming run exits 0")
     covered = {x for c in cert["clauses"] for x in (*c["ran_on"], *c.get("not_run_on", ()))}
     if verdict != NOT_CHECKED and cells - covered:
         raise CertificateError(f"it claims {', '.join(sorted(cells - covered))}, where no clause "
@@ -294,6 +308,10 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
         raise CertificateError(f"clause {cid} ran on {', '.join(outside)}, which the certificate "
                                f"does not claim")
     if verdict == "pass":
+        ratio = clause.get("worst_ratio")
+        if ratio is not None and not ratio <= K * (1 + 1e-9):
+            raise CertificateError(f"clause {cid} passes with a NUM-3 ratio of {ratio:.3g}, past "
+                                   f"K = {K:g}: a pass needs a ratio of at most K")
         if clause["runs"] < 1 or not clause["ran_on"]:
             raise CertificateError(f"clause {cid} passes with {clause['runs']} runs on "
                                    f"{clause['ran_on'] or 'no cell'}: a pass needs a run")
@@ -323,8 +341,12 @@ def backend_process(cert: dict) -> str:
     if where is None:
         return ("backend process: not recorded (issued before the sealed path: the backend ran "
                 "inside the judging process)")
+    startup = run.get("startup_code")
     return (f"backend process: its own, sealed from the judge (restarted "
-            f"{run.get('backend_restarts', 0)} times after a hang or a crash)")
+            f"{run.get('backend_restarts', 0)} times after a hang or a crash); "
+            f"{run.get('sandbox', 'sandbox not recorded')}"
+            + ("" if startup is None else f"; start-up code in the judging process: "
+               f"{len(startup)} ({'; '.join(startup)[:600] or 'none'})"))
 
 
 def suite_identity(suite: dict) -> str:

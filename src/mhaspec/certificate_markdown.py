@@ -88,7 +88,8 @@ def to_markdown(cert: dict) -> str:
              f"| framework | {md_text(b['framework'])} {md_text(b['framework_version'])} |",
              f"| devices | {device_names} |",
              f"| dtypes | {device_dtypes} |",
-             f"| hypothesis | profile {hyp['profile']}, seed {hyp['seed']}, "
+             f"| hypothesis | profile {hyp['profile']}, "
+             f"{md_text(hyp['inputs']) if hyp.get('inputs') else 'seed ' + str(hyp['seed'])}, "
              + (f"{hyp['examples']} Hypothesis examples, " if "examples" in hyp else "")
              + f"{hyp['backend_calls']} backend calls |",
              f"| issued | {md_text(cert['issued'])} |",

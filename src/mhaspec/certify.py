@@ -21,12 +21,14 @@ that path (``run.backend_process``).
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import random
 import re
 import time
 
-from mhaspec import __version__, certificate, certificate_markdown, installed_version, runner, sealed
+from mhaspec import (__version__, backend_process, certificate, certificate_markdown,
+                     installed_version, judge_files, runner, sealed)
 from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
@@ -167,39 +169,130 @@ def check_pytest_args(pytest_args: list[str]) -> None:
             raise UsageError(f"certify runs without pytest-xdist workers: {printable(arg)}")
 
 
+#: what ``run.sandbox`` says
+SANDBOXED = ("sandboxed: user, PID and mount namespaces of its own (unshare): it saw and could "
+             "signal no process of the judge, and all its processes ended with it; the filesystem "
+             "was the user's, writable")
+NOT_SANDBOXED = ("not sandboxed: the backend's process ran as the same user, with the same view "
+                 "of the filesystem and processes")
+#: profiles whose inputs are fixed (derandomized): a seed changes nothing there
+FIXED_INPUT_PROFILES = ("ci", "triage")
+#: variables that would load code into the judging process (``PYTEST_ADDOPTS`` is dropped for
+#: the run, :func:`mhaspec.runner.run_in_process`)
+PLUGIN_VARIABLES = ("PYTEST_PLUGINS",)
+
+
+def fixed_inputs(profile: str) -> str | None:
+    """What a certificate says instead of a seed for a derandomized ``profile`` (else None)."""
+    return f"fixed inputs ({profile} profile)" if profile in FIXED_INPUT_PROFILES else None
+
+
+def check_seed(profile: str, seed: int | None, pytest_args: list[str]) -> None:
+    """Refuse (:class:`UsageError`) a seed (``--seed`` or ``--hypothesis-seed``) with a profile
+    whose inputs are fixed: it would have no effect, and the certificate would name a seed that
+    chose nothing."""
+    given = seed is not None or any(a.split("=")[0] == "--hypothesis-seed" for a in pytest_args)
+    if given and profile in FIXED_INPUT_PROFILES:
+        raise UsageError(f"--seed has no effect with --profile {profile} ({fixed_inputs(profile)}: "
+                         f"derandomized); use --profile certify or dev for seeded inputs")
+
+
+def check_environment(environ) -> None:
+    """Refuse (:class:`UsageError`) to judge with a variable set that loads a plugin into the
+    judging process (:data:`PLUGIN_VARIABLES`)."""
+    for name in PLUGIN_VARIABLES:
+        if environ.get(name):
+            raise UsageError(f"{name} is set ({printable(environ[name])[:80]}): it would load code "
+                             f"into the judging process; unset it to certify")
+
+
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
-            call_timeout: float | None = None) -> int:
-    """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise)."""
+            call_timeout: float | None = None, sandbox: bool = False) -> int:
+    """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise). ``sandbox``:
+    run the backend's process in :data:`mhaspec.backend_process.SANDBOX` (a usage error where
+    the system cannot)."""
+    check_environment(os.environ)
+    problem = backend_process.sandbox_problem() if sandbox else None
+    if problem:
+        raise UsageError(f"--sandbox: {problem}")
     check_pytest_args(list(pytest_args))
+    check_seed(profile, seed, list(pytest_args))
+    guard = JudgeGuard()
     try:
-        backend = sealed.open_sealed(ref, call_timeout=call_timeout)
+        backend = sealed.open_sealed(ref, call_timeout=call_timeout, sandbox=sandbox)
     except sealed.SealedError as exc:
         raise UsageError(printable(one_line(exc), 400)) from None
+    backend.process.park()  # no backend process runs while pytest collects the test modules
     try:
         return _certify(backend, ref, profile=profile, seed=seed, output_dir=output_dir,
-                        pytest_args=pytest_args, call_timeout=call_timeout)
+                        pytest_args=pytest_args, call_timeout=call_timeout, guard=guard)
     finally:
         backend.close()
 
 
+class JudgeGuard:
+    """The judge's own files, guarded (:mod:`mhaspec.judge_files`): made at the start, before the
+    backend's process exists, it imports every judge module, refuses an install whose files
+    differ from its ``RECORD`` and hashes the judge's files; :meth:`check` raises
+    :class:`UsageError` (no certificate) when any differs later."""
+
+    def __init__(self) -> None:
+        judge_files.preload()
+        bad = judge_files.record_mismatches()
+        if bad:
+            raise UsageError(f"the installed mhaspec differs from its RECORD ({', '.join(bad[:3])}"
+                             f"{', ...' if len(bad) > 3 else ''}): reinstall it before certifying")
+        self.record = "editable install: no RECORD hashes" if bad is None else "match RECORD"
+        self.before = judge_files.snapshot()
+        self.startup = judge_files.startup_code()
+
+    def changed(self) -> str | None:
+        """A line naming the judge's files that differ now, or None."""
+        files = judge_files.changed(self.before)
+        return ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "") \
+            if files else None
+
+    def check(self, when: str) -> None:
+        """:meth:`fail` when the judge's files differ now."""
+        found = self.changed()
+        if found:
+            self.fail(when, found)
+
+    @staticmethod
+    def fail(when: str, found: str):
+        raise UsageError(f"the judge's files changed while the backend ran ({when}): "
+                         f"{printable(found)}; the run cannot be trusted, no certificate written")
+
+    def describe(self) -> str:
+        return (f"{len(self.before)} judge files hashed before the backend started, unchanged "
+                f"after collection and after the run; installed files: {self.record}")
+
+
 def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int | None,
-             output_dir, pytest_args, call_timeout: float | None) -> int:
+             output_dir, pytest_args, call_timeout: float | None, guard: JudgeGuard) -> int:
     suite_version = check_suite_version()
     paths = output_paths(output_dir, backend.name)
     check_not_another_backends(paths["json"], ref)
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**32)
+    fixed = fixed_inputs(profile)
+    if fixed is None and seed is None:
+        seed = random.SystemRandom().randrange(2**32)
     spec = load_spec()
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
                              call_timeout=call_timeout, extra=[*NO_WORKERS, *pytest_args])
     print(f"mhaspec certify: {printable(backend.name)} against spec {spec.version}, profile "
-          f"{profile}, seed {seed}", flush=True)
+          f"{profile}, {fixed or f'seed {seed}'}", flush=True)
     started = time.monotonic()
     try:
-        run = runner.run_in_process(args, backends=[backend], refs={backend.name: ref})
+        run = runner.run_in_process(args, backends=[backend], refs={backend.name: ref},
+                                    after_collection=guard.changed)
     except runner.RunError as exc:
         raise UsageError(str(exc)) from None
     seconds = time.monotonic() - started
+    if run.after_collection:
+        guard.fail("found after collection", run.after_collection)
+    backend.close()  # the backend's process and every descendant of it end here
+    guard.check("found after the run")
     collector = run.collector
     results = [r for r in collector.results if r["backend"] == backend.name]
     not_run = [r for r in collector.not_run() if r["backend"] == backend.name]
@@ -219,7 +312,9 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
         devices={d: (backend.device_name(d), claimed[d],
                      {k: str(v) for k, v in backend.precision_flags(d).items()}) for d in claimed},
         unavailable_devices={d: why for d, why in devices.items() if why is not None},
-        hypothesis={"profile": hyp["profile"], "seed": _int_or_none(hyp.get("seed")),
+        hypothesis={"profile": hyp["profile"],
+                    "seed": None if fixed else _int_or_none(hyp.get("seed")),
+                    **({"inputs": fixed} if fixed else {}),
                     "max_examples": hyp["max_examples"], "derandomize": hyp["derandomize"],
                     "phases": hyp["phases"]},
         results=results,
@@ -228,6 +323,8 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
              "selection": collector.selection,
              "call_timeout_s": collector.call_timeout,
              "backend_process": "sealed", "backend_restarts": backend.process.restarts,
+             "judge_files": guard.describe(), "startup_code": guard.startup,
+             "sandbox": SANDBOXED if backend.process.sandbox else NOT_SANDBOXED,
              "tests_run": len(results), "tests_not_run": len(not_run),
              "shrink": "every failure" if collector.shrink_all else "first failure of each cell",
              "seconds": round(seconds, 1)},
@@ -247,4 +344,5 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
 def cmd_certify(args) -> int:
     """``mhaspec certify`` with its parsed arguments."""
     return certify(args.backend, profile=args.profile, seed=args.seed, output_dir=args.output_dir,
-                   pytest_args=list(args.pytest_args), call_timeout=args.call_timeout)
+                   pytest_args=list(args.pytest_args), call_timeout=args.call_timeout,
+                   sandbox=args.sandbox)

@@ -8,6 +8,7 @@ and what is wrong with it (a usage error of certify, before the run).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -15,6 +16,7 @@ from typing import Mapping
 from mhaspec.backends import ALL_DTYPES, CAPABILITIES
 from mhaspec.backends.claim_readers import OPS
 from mhaspec.backends.sub_cases import check_rules
+from mhaspec.spec import load as load_spec
 
 class ClaimError(ValueError):
     """A claim of the wrong type or value (one line, naming the member)."""
@@ -85,10 +87,20 @@ def _ordered(what: str, v) -> tuple[str, ...]:
 def _reasons(what: str, v) -> Mapping[str, str]:
     if not isinstance(v, dict):
         raise ClaimError(f"{what} must be a mapping of clause to reason, got {_kind(v)}")
+    known = clause_ids()
     for key, reason in v.items():
         if not isinstance(reason, str):
             raise ClaimError(f"{what}[{key!r}] must be a string (the reason), got {_kind(reason)}")
+        if key.partition("@")[0] not in known:
+            raise ClaimError(f"{what} names {key[:60]!r}, which is no clause of the spec "
+                             f"(ID or ID@operation)")
     return MappingProxyType(dict(v))
+
+
+@functools.cache
+def clause_ids() -> frozenset[str]:
+    """The ids of the current spec's clauses (what a deviation may name)."""
+    return frozenset(c.id for c in load_spec().clauses)
 
 
 def _flags(what: str, v) -> Mapping[str, object]:
@@ -107,6 +119,10 @@ def checked(raw: dict) -> Claims:
     if not isinstance(devices, dict) or not devices or not all(
             w is None or isinstance(w, str) for w in devices.values()):
         raise ClaimError(f"devices() must map device names to None or a reason, got {_kind(devices)}")
+    for name in devices:
+        if not name or "/" in name or not name.isprintable():
+            raise ClaimError(f"devices() names {name[:60]!r}: a device name is printable, not "
+                             f"empty and has no '/' (a cell is written device/dtype)")
     capabilities = _names("capabilities", raw.get("capabilities"), CAPABILITIES)
     scoped = raw.get("capabilities_for")
     if scoped is not None:

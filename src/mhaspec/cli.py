@@ -193,7 +193,12 @@ def parser() -> argparse.ArgumentParser:
                         "seed; ci the fixed derandomized examples CI runs, faster; dev a quick "
                         "random look")
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: random, "
-                                                          "recorded in the certificate)")
+                                                          "recorded in the certificate; refused "
+                                                          "with --profile ci, whose inputs are "
+                                                          "fixed)")
+    c.add_argument("--sandbox", action="store_true",
+                   help="run the backend's process in user, PID and mount namespaces of its own "
+                        "(unshare; recorded in the certificate's run.sandbox)")
     c.add_argument("--output-dir", default="certificates",
                    help="where to write NAME.json, NAME.md and NAME-failures/ (default: "
                         "certificates; NAME: the backend's name reduced to a safe file name)")

@@ -127,10 +127,19 @@ class _Provider:
     hands the plugin the loaded backends, refuses any other backend the arguments select, and
     keeps the run's collector."""
 
-    def __init__(self, name: str, backends: list, refs: dict[str, str], only: bool) -> None:
+    def __init__(self, name: str, backends: list, refs: dict[str, str], only: bool,
+                 after_collection=None) -> None:
         self.__name__ = name  # pytest registers a plugin object under its __name__
         self.backends, self.refs, self.only = backends, refs, only
         self.collector = None
+        self.after_collection, self.found = after_collection, None
+
+    def pytest_collection_finish(self, session) -> None:
+        """``after_collection()``: a line means stop, and no test runs."""
+        if self.after_collection is not None:
+            self.found = self.after_collection()
+            if self.found:
+                session.items[:] = []
 
     @pytest.hookimpl(trylast=True)  # after the mhaspec plugin has set up its stash
     def pytest_configure(self, config) -> None:
@@ -155,18 +164,21 @@ class InProcessRun(NamedTuple):
     exit_code: int
     args: list[str]
     collector: object
+    after_collection: str | None = None
 
 
 def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | None = None,
-                   only: bool = True) -> InProcessRun:
+                   only: bool = True, after_collection=None) -> InProcessRun:
     """Run pytest with ``args`` in this process, isolated from the caller (module docstring), on
     the already loaded ``backends`` (``refs``: name -> reference, for reproducers).
 
-    ``only``: refuse a run whose arguments select any other backend. Raises :class:`RunError`
+    ``only``: refuse a run whose arguments select any other backend; ``after_collection``: called
+    once the tests are collected, before any runs; a line it returns runs no test and is kept
+    (``InProcessRun.after_collection``). Raises :class:`RunError`
     when pytest reports a usage error or no result could be collected."""
     from hypothesis import configuration
 
-    provider = _Provider(plugin.PROVIDER, list(backends), refs or {}, only)
+    provider = _Provider(plugin.PROVIDER, list(backends), refs or {}, only, after_collection)
     with tempfile.TemporaryDirectory(prefix="mhaspec-run-") as tmp:
         ini = pathlib.Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n", "utf-8")
@@ -186,7 +198,7 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
                            errors.getvalue().splitlines() if line.strip()) or f"pytest exit status {code}"
         raise RunError(f"the conformance run did not start: {message}")
     sys.stderr.write(errors.getvalue())
-    return InProcessRun(code, full, provider.collector)
+    return InProcessRun(code, full, provider.collector, provider.found)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,8 @@ import weakref
 import numpy as np
 
 from mhaspec import claims as claims_module
+from mhaspec import codec
 from mhaspec.backend_process import BackendDied, BackendProcess
-from mhaspec.backends import AttentionOutputs, MHAParams
 
 OPERATIONS = ("split_heads", "combine_heads", "scaled_dot_product_attention",
               "multi_head_attention", "mha_vjp", "attention_vjp")
@@ -228,8 +228,11 @@ class SealedBackend:
         return reply, arrays
 
     def _encode(self, v, out: dict):
-        """A request value (:func:`mhaspec.backend_host.Host.decode`); handles not yet in the
-        current process are defined from their NumPy source."""
+        """A request value (:mod:`mhaspec.codec`); handles not yet in the current process are
+        defined from their NumPy source."""
+        return codec.encode(v, lambda x: self._encode_leaf(x, out))
+
+    def _encode_leaf(self, v, out: dict) -> dict:
         if isinstance(v, RemoteArray):
             if v.generation != self.process.generation:
                 if v.source is None:
@@ -242,59 +245,34 @@ class SealedBackend:
                 weakref.finalize(v, self._released.append, (v.generation, v.id))
             out["touched"].append(v)
             return {"h": v.id}
-        if isinstance(v, MHAParams):
-            return {"params": [self._encode(x, out) for x in v]}
         if isinstance(v, np.ndarray):
             out["arrays"].append(v)
             return {"a": len(out["arrays"]) - 1}
         if isinstance(v, np.generic):
             return v.item()
-        if isinstance(v, tuple):
-            return {"t": [self._encode(x, out) for x in v]}
-        if isinstance(v, list):
-            return [self._encode(x, out) for x in v]
-        if isinstance(v, dict):
-            return {"d": {str(k): self._encode(x, out) for k, x in v.items()}}
-        if v is None or isinstance(v, (str, bool, int, float)):
-            return v
         raise TypeError(f"cannot send a {type(v).__name__} to the backend's process")
 
     def _decode(self, v, arrays: list, into: RemoteArray | None = None):
-        """A result value (:func:`mhaspec.backend_host.Host.encode`; ``into``: the handle a fetched
-        array is read into); anything malformed is :class:`BackendDied`."""
-        try:
-            return self._decode_value(v, arrays, into)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            raise BackendDied(f"{self.name}: malformed answer from the backend's process") from None
-
-    def _decode_value(self, v, arrays: list, into):
-        if isinstance(v, list):
-            return [self._decode_value(x, arrays, None) for x in v]
-        if not isinstance(v, dict):
-            if v is None or isinstance(v, (str, bool, int, float)):
-                return v
-            raise TypeError(v)
-        if "h" in v:
-            handle = into or RemoteArray(int(v["h"]), generation=self.process.generation)
-            handle.numpy, handle.device = arrays[v["a"]], str(v["device"])
+        """A result value (:mod:`mhaspec.codec`; ``into``: the handle a fetched array is read
+        into); anything malformed is :class:`BackendDied`."""
+        def leaf(obj: dict) -> RemoteArray:
+            handle = into or RemoteArray(int(obj["h"]), generation=self.process.generation)
+            handle.numpy, handle.device = arrays[obj["a"]], str(obj["device"])
             if into is None:
                 weakref.finalize(handle, self._released.append, (handle.generation, handle.id))
             return handle
-        (tag, x), = v.items()
-        if tag == "t":
-            return tuple(self._decode_value(y, arrays, None) for y in x)
-        if tag == "d":
-            return {str(k): self._decode_value(y, arrays, None) for k, y in x.items()}
-        if tag == "outputs":
-            return AttentionOutputs(**{k: self._decode_value(y, arrays, None) for k, y in x.items()
-                                       if k in AttentionOutputs._fields})
-        raise ValueError(tag)
+
+        try:
+            return codec.decode(v, leaf)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise BackendDied(f"{self.name}: malformed answer from the backend's process") from None
 
 
-def open_sealed(ref: str, *, call_timeout: float | None) -> SealedBackend:
-    """Start the backend ``ref`` in its own process and freeze its claims; :class:`SealedError`
-    (one line) when it cannot load, its claims cannot be read or have the wrong type."""
-    process = BackendProcess(ref)
+def open_sealed(ref: str, *, call_timeout: float | None, sandbox: bool = False) -> SealedBackend:
+    """Start the backend ``ref`` in its own process (``sandbox``: in
+    :data:`mhaspec.backend_process.SANDBOX`) and freeze its claims; :class:`SealedError` (one
+    line) when it cannot load, its claims cannot be read or have the wrong type."""
+    process = BackendProcess(ref, sandbox=sandbox)
     try:
         first = process.start()
     except BaseException as exc:

@@ -68,8 +68,10 @@ def send(fd: int, header: dict, arrays: list[np.ndarray] = (), deadline: float |
         view = view[n:]
 
 
-def receive(fd: int, deadline: float | None = None) -> tuple[dict, list[np.ndarray]]:
-    """Read one frame from ``fd``: its header (without ``"arrays"``) and its arrays."""
+def receive(fd: int, deadline: float | None = None,
+            max_bytes: int = MAX_MESSAGE) -> tuple[dict, list[np.ndarray]]:
+    """Read one frame from ``fd``: its header (without ``"arrays"``) and its arrays, refused
+    (:class:`WireError`, before they are read) when they come to more than ``max_bytes``."""
     (size,) = struct.unpack("<Q", _read(fd, 8, deadline))
     if size > MAX_HEADER:
         raise WireError(f"header of {size} bytes (at most {MAX_HEADER})")
@@ -77,6 +79,8 @@ def receive(fd: int, deadline: float | None = None) -> tuple[dict, list[np.ndarr
         header = json.loads(_read(fd, size, deadline).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise WireError(f"header is not JSON: {exc}") from None
+    except RecursionError:
+        raise WireError("header nests too deep") from None
     described = header.pop("arrays", None) if isinstance(header, dict) else None
     if not isinstance(described, list):
         raise WireError("header is not an object with a list of arrays")
@@ -92,8 +96,8 @@ def receive(fd: int, deadline: float | None = None) -> tuple[dict, list[np.ndarr
             raise WireError(f"array description {entry!r:.100} is not [dtype, shape] of a boolean or "
                             f"numeric array") from None
         total += size
-        if total > MAX_MESSAGE:
-            raise WireError(f"arrays of more than {MAX_MESSAGE} bytes")
+        if total > max_bytes:
+            raise WireError(f"arrays of more than {max_bytes} bytes (at most {max_bytes >> 20} MiB)")
         layouts.append((dtype, shape, size))
     arrays = [np.frombuffer(bytearray(_read(fd, size, deadline)), dtype).reshape(shape)
               for dtype, shape, size in layouts]
