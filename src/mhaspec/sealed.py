@@ -28,7 +28,7 @@ from mhaspec.backend_process import BackendDied, BackendProcess
 from mhaspec.backends import AttentionOutputs, MHAParams
 
 OPERATIONS = ("split_heads", "combine_heads", "scaled_dot_product_attention",
-              "multi_head_attention", "mha_vjp", "attention_vjp")
+              "multi_head_attention", "mha_vjp", "attention_vjp", "merge_states")
 
 
 class SealedError(Exception):
@@ -157,6 +157,9 @@ class SealedBackend:
 
     def attention_vjp(self, *args, **kwargs):  # spec 1.3
         return self._call("attention_vjp", args, kwargs)
+
+    def merge_states(self, *args, **kwargs):  # spec 1.4
+        return self._call("merge_states", args, kwargs)
 
     def close(self) -> None:
         self.process.stop()
