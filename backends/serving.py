@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+import numpy as np
+
 from . import _validate
 from ._base import ALL_DTYPES as FLOAT_DTYPES
 
@@ -150,4 +152,164 @@ def conventions_of(backend) -> dict[str, tuple[str, ...]]:
     return {name: tuple(declared.get(name, values[:1])) for name, values in MERGE_CONVENTIONS.items()}
 
 
-__all__ = ["MERGE_CONVENTIONS", "check_call", "conventions_of", "merge_states"]
+
+# -- PAGE: the paged KV cache ---------------------------------------------------------------------
+# Axis legend: P pages, S page size, g key/value heads, M table entries per item, T packed query
+# tokens, n_b the queries and L_b the keys of item b. The integer data (block table, lengths, query
+# offsets, slots) decides every index, so it is read as NumPy once and each item's keys are
+# gathered by the backend's ``_take_keys``; the item then runs the backend's own validated
+# attention (CACHE's call: its queries the last n_b of its L_b tokens, bottom-right).
+
+PAGE_OP = "paged_attention"
+WRITE_OP = "write_pages"
+
+
+def paged_attention(backend, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, *,
+                    causal: bool = False, scale=None):
+    """q (T, h, d_k), k_pages (P, S, g, d_k), v_pages (P, S, g, d_v), block_table (B, M),
+    seq_lens (B,), query_start_loc (B + 1,) -> output (T, h, d_v) (PAGE-1, PAGE-2); invalid
+    input: ValueError naming the argument (PAGE-4)."""
+    table, lengths, starts = check_paged(backend, q, k_pages, v_pages, block_table, seq_lens,
+                                         query_start_loc, causal)
+    t, h, _ = backend._shape(q)
+    num_pages, size, g, _ = backend._shape(k_pages)
+    flat_k = _flat(backend, k_pages)  # (1, g, P * S, d_k)
+    flat_v = _flat(backend, v_pages)
+    parts = []
+    for b in range(len(lengths)):
+        n = int(starts[b + 1] - starts[b])
+        if n == 0:
+            continue
+        j = np.arange(int(lengths[b]))
+        index = backend._constant((table[b, j // size] * size + j % size)[None], flat_k)
+        k = backend._take_keys(flat_k, index)  # (1, g, L_b, d_k)
+        v = backend._take_keys(flat_v, index)
+        rows = q[int(starts[b]):int(starts[b + 1])]
+        qb = backend._reshape(backend._transpose(rows, (1, 0, 2)), (1, h, n, -1))
+        out, _ = backend.scaled_dot_product_attention(
+            qb, k, v, causal="bottom_right" if causal else None, scale=scale)
+        parts.append(backend._transpose(backend._reshape(out, backend._shape(out)[1:]),
+                                        (1, 0, 2)))
+    return backend._concat(parts, 0) if parts else backend._full(
+        (0, h, backend._shape(v_pages)[3]), 0.0, q)
+
+
+def write_pages(backend, k_pages, v_pages, k, v, slot_mapping):
+    """New (k_pages, v_pages) (P, S, g, d) with token n's key and value (k, v: (N, g, d)) in slot
+    ``slot_mapping[n]`` (page slot // S, position slot % S), every other slot unchanged (PAGE-3);
+    the inputs are not modified (INPUT-1). Invalid input: ValueError naming the argument."""
+    slots = check_write(backend, k_pages, v_pages, k, v, slot_mapping)
+    num_pages, size, g, _ = backend._shape(k_pages)
+    source = np.arange(num_pages * size)
+    source[slots] = num_pages * size + np.arange(len(slots))  # a written slot reads its token
+    written = []
+    for pages, new in ((k_pages, k), (v_pages, v)):
+        d = backend._shape(pages)[3]
+        both = backend._concat([_flat(backend, pages), backend._reshape(
+            backend._transpose(new, (1, 0, 2)), (1, g, len(slots), d))], 2)
+        taken = backend._take_keys(both, backend._constant(source[None], both))
+        written.append(backend._reshape(backend._transpose(
+            backend._reshape(taken, (g, num_pages, size, d)), (1, 2, 0, 3)),
+            (num_pages, size, g, d)))
+    return written[0], written[1]
+
+
+def _flat(backend, pages):
+    """(P, S, g, d) -> (1, g, P * S, d): slot p * S + s on the key axis."""
+    num_pages, size, g, d = backend._shape(pages)
+    return backend._reshape(backend._transpose(backend._reshape(pages, (num_pages * size, g, d)),
+                                               (1, 0, 2)), (1, g, num_pages * size, d))
+
+
+def _ints(backend, op: str, name: str, x, shape: tuple | None = None) -> np.ndarray:
+    """An integer array argument as NumPy, or ValueError naming it."""
+    _validate.require_array(op, name, x)
+    kind = backend._dtype_name(x)
+    if not kind.startswith(("int", "uint")):
+        _validate.fail(op, f"argument '{name}' must be an integer array, got {kind}")
+    got = np.asarray(backend.to_numpy(x)).astype(np.int64)
+    if shape is not None and got.shape != shape:
+        _validate.fail(op, f"argument '{name}' must have shape {shape}, got {got.shape}")
+    return got
+
+
+def _pages(backend, op: str, k_pages, v_pages) -> tuple[int, int, int, str]:
+    """(P, S, g, dtype) of valid key and value pages, or ValueError naming the argument."""
+    shapes = {}
+    for name, x in (("k_pages", k_pages), ("v_pages", v_pages)):
+        _validate.require_array(op, name, x)
+        shapes[name] = tuple(backend._shape(x))
+        if len(shapes[name]) != 4:
+            _validate.fail(op, f"argument '{name}' must have rank 4 (P, S, g, d), got shape "
+                               f"{shapes[name]}")
+    (p, s, g, _), (pv, sv, gv, _) = shapes["k_pages"], shapes["v_pages"]
+    if sv != s:
+        _validate.fail(op, f"argument 'v_pages' must have the page size of k_pages ({s}), got "
+                           f"{sv} (page size mismatch)")
+    if (pv, gv) != (p, g):
+        _validate.fail(op, f"argument 'v_pages' must have k_pages' pages and heads {(p, g)}, got "
+                           f"{(pv, gv)}")
+    dtype = backend._dtype_name(k_pages)
+    if dtype not in FLOAT_DTYPES or backend._dtype_name(v_pages) != dtype:
+        _validate.fail(op, f"argument 'v_pages' must have k_pages' floating dtype ({dtype}), got "
+                           f"{backend._dtype_name(v_pages)}")
+    return p, s, g, dtype
+
+
+def check_paged(backend, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, causal):
+    """PAGE-4: (table, lengths, starts) as NumPy of a valid call, or ValueError naming the
+    argument."""
+    op = PAGE_OP
+    p, s, g, dtype = _pages(backend, op, k_pages, v_pages)
+    _validate.require_array(op, "q", q)
+    shape = tuple(backend._shape(q))
+    if len(shape) != 3 or shape[2] != backend._shape(k_pages)[3] or shape[1] % g:
+        _validate.fail(op, f"argument 'q' must be (T, h, d_k) with d_k = {backend._shape(k_pages)[3]} "
+                           f"and h a multiple of g = {g}, got shape {shape}")
+    if backend._dtype_name(q) != dtype:
+        _validate.fail(op, f"argument 'q' must have the pages' dtype ({dtype}), got "
+                           f"{backend._dtype_name(q)}")
+    table = _ints(backend, op, "block_table", block_table)
+    if table.ndim != 2:
+        _validate.fail(op, f"argument 'block_table' must be (B, M), got shape {table.shape}")
+    if table.size and (table.min() < 0 or table.max() >= p):
+        _validate.fail(op, f"argument 'block_table' holds a page outside [0, {p}): "
+                           f"{int(table.min())}..{int(table.max())}")
+    batch, entries = table.shape
+    lengths = _ints(backend, op, "seq_lens", seq_lens, (batch,))
+    if lengths.size and (lengths.min() < 0 or lengths.max() > entries * s):
+        _validate.fail(op, f"argument 'seq_lens' must lie in [0, M * S] = [0, {entries * s}] "
+                           f"(the table's pages), got {lengths.tolist()}")
+    starts = _ints(backend, op, "query_start_loc", query_start_loc, (batch + 1,))
+    counts = np.diff(starts)
+    if starts[0] != 0 or starts[-1] != shape[0] or np.any(counts < 0) or np.any(counts > lengths):
+        _validate.fail(op, f"argument 'query_start_loc' must rise from 0 to T = {shape[0]} with "
+                           f"at most seq_lens[b] queries per item, got {starts.tolist()}")
+    if not isinstance(causal, bool):
+        _validate.fail(op, f"argument 'causal' must be True or False, got {causal!r}")
+    return table, lengths, starts
+
+
+def check_write(backend, k_pages, v_pages, k, v, slot_mapping) -> np.ndarray:
+    """PAGE-4 for :func:`write_pages`: the slots as NumPy, or ValueError naming the argument."""
+    op = WRITE_OP
+    p, s, g, dtype = _pages(backend, op, k_pages, v_pages)
+    for name, x, pages in (("k", k, k_pages), ("v", v, v_pages)):
+        _validate.require_array(op, name, x)
+        want = (g, backend._shape(pages)[3])
+        got = tuple(backend._shape(x))
+        if len(got) != 3 or got[1:] != want or backend._dtype_name(x) != dtype:
+            _validate.fail(op, f"argument '{name}' must be (N, g, d) = (N, {want[0]}, {want[1]}) "
+                               f"of dtype {dtype}, got shape {got}, {backend._dtype_name(x)}")
+    n = backend._shape(k)[0]
+    if backend._shape(v)[0] != n:
+        _validate.fail(op, f"argument 'v' must hold k's {n} tokens, got {backend._shape(v)[0]}")
+    slots = _ints(backend, op, "slot_mapping", slot_mapping, (n,))
+    if slots.size and (slots.min() < 0 or slots.max() >= p * s or len(set(slots.tolist())) < n):
+        _validate.fail(op, f"argument 'slot_mapping' must hold distinct slots in [0, P * S) = "
+                           f"[0, {p * s}), got {slots.tolist()}")
+    return slots
+
+
+__all__ = ["MERGE_CONVENTIONS", "check_call", "check_paged", "check_write", "conventions_of",
+           "merge_states", "paged_attention", "write_pages"]

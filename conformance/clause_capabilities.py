@@ -53,6 +53,7 @@ NEEDS: dict[str, frozenset[str]] = {
     # spec 1.4: merging partial states (MERGE-5's test also requires sdpa, lse and causal: its
     # states come from the backend's own attention)
     **{f"MERGE-{i}": frozenset({"merge"}) for i in range(1, 7)},
+    **{f"PAGE-{i}": frozenset({"paged"}) for i in range(1, 5)},
 }
 
 

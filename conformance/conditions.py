@@ -366,6 +366,35 @@ SPACES.update({
                      shape=lambda s: s._replace(len_k=max(s.len_k, s.len_q + 1))),
     "MERGE-6": Space(LENGTHS, ops=OPS_SDPA),
 })
+# PAGE: the page size (1; one that divides every item's length; one that divides none), the
+# pages' order in the table (in order, shuffled, a first page shared by every item), what the
+# slots no item's length reaches hold (zeros, stale keys, NaN and inf), causal or not.
+DIMENSIONS.update({
+    "page_size": ("1", "divides", "does_not_divide"),
+    "pages": ("in_order", "shuffled", "shared"),
+    "unused": ("zero", "stale", "nonfinite"),
+    "paged_causal": ("no", "yes"),
+})
+RECORDED = (*RECORDED, "page_size", "pages", "unused", "paged_causal")
+PAGE_ARGUMENTS: dict[str, Callable[[str], dict]] = {
+    "page_size": lambda v: {"page_size": v},
+    "pages": lambda v: {"pages": v},
+    "unused": lambda v: {"unused": v},
+    "paged_causal": lambda v: {"causal": v == "yes"},
+}
+
+
+def _page_space(*dimensions: str) -> Space:
+    return Space(("op", *dimensions), ops=OPS_SDPA,
+                 arguments={d: PAGE_ARGUMENTS[d] for d in dimensions})
+
+
+SPACES.update({
+    "PAGE-1": _page_space("page_size", "paged_causal"),
+    "PAGE-2": _page_space("pages", "unused", "page_size"),
+    "PAGE-3": _page_space("page_size", "unused"),
+    "PAGE-4": Space(("op",), ops=OPS_SDPA),
+})
 # -- end of spec 1.4's spaces ----------------------------------------------------------------
 
 

@@ -93,3 +93,58 @@ def merge_states(outputs, lses, *, sinks=None, lse_base: str = "e", empty_lse: s
         out[row] = acc
     merged = from_natural(lse, lse_base=lse_base, empty_lse=empty_lse, lse_layout=lse_layout)
     return out, merged
+
+
+# -- PAGE: the paged KV cache -------------------------------------------------------------------------
+# Axis legend: P pages, S page size (slots per page), g key/value heads, M table entries per item,
+# T packed query tokens, n_b the queries and L_b the keys of item b.
+
+def gather_pages(pages, block_table, seq_lens, b: int) -> np.ndarray:
+    """PAGE-1: item ``b``'s keys (or values) (g, L_b, d): key j is
+    ``pages[block_table[b, j // S], j % S]`` for j < ``seq_lens[b]``. pages (P, S, g, d)."""
+    pages = np.asarray(pages)
+    size = pages.shape[1]
+    rows = [pages[int(block_table[b][j // size]), j % size] for j in range(int(seq_lens[b]))]
+    if not rows:
+        return np.zeros((pages.shape[2], 0, pages.shape[3]), dtype=pages.dtype)
+    return np.stack(rows, axis=1)
+
+
+def paged_attention(q, k_pages, v_pages, block_table, seq_lens, query_start_loc, *,
+                    causal: bool = False, scale=None, precision: str = "float64",
+                    info: dict | None = None) -> np.ndarray:
+    """PAGE-1: q (T, h, d_k) packed, item b's queries the rows ``query_start_loc[b]`` to
+    ``query_start_loc[b + 1]``; k_pages (P, S, g, d_k), v_pages (P, S, g, d_v); block_table
+    (B, M); seq_lens (B,) -> output (T, h, d_v): each item's queries attend its gathered keys
+    (:func:`gather_pages`) as CACHE's call does, the queries the last n_b tokens (bottom-right).
+    ``info``: receives the largest ``logit_condition`` of the items (NUM-3's condition)."""
+    from .oracle import attention_result
+
+    q = np.asarray(q)
+    out = np.zeros((q.shape[0], q.shape[1], np.shape(v_pages)[3]))
+    for b in range(len(seq_lens)):
+        start, stop = int(query_start_loc[b]), int(query_start_loc[b + 1])
+        if stop == start:
+            continue
+        k = gather_pages(k_pages, block_table, seq_lens, b)[None]
+        v = gather_pages(v_pages, block_table, seq_lens, b)[None]
+        qb = q[start:stop].transpose(1, 0, 2)[None]
+        item: dict = {}
+        res = attention_result(qb, k, v, causal="bottom_right" if causal else None, scale=scale,
+                               precision=precision, info=item)
+        if info is not None:
+            info["logit_condition"] = max(info.get("logit_condition", 0.0),
+                                          item.get("logit_condition", 0.0))
+        out[start:stop] = res.output[0].transpose(1, 0, 2)
+    return out
+
+
+def write_pages(k_pages, v_pages, k, v, slot_mapping) -> tuple[np.ndarray, np.ndarray]:
+    """PAGE-3: new pages with token n's key and value (k, v: (N, g, d)) in slot
+    ``slot_mapping[n]`` (page ``slot // S``, position ``slot % S``); every other slot as it was."""
+    k_new, v_new = np.array(k_pages, copy=True), np.array(v_pages, copy=True)
+    size = k_new.shape[1]
+    for n, slot in enumerate(np.asarray(slot_mapping)):
+        k_new[int(slot) // size, int(slot) % size] = k[n]
+        v_new[int(slot) // size, int(slot) % size] = v[n]
+    return k_new, v_new

@@ -1037,3 +1037,40 @@ EXPECTED.update({
     "MERGE_BASE_2_AS_NATURAL": ("broken-merge-base2-as-natural", {"MERGE-3"}),
     "MERGE_SINK_IN_EVERY_STATE": ("broken-merge-sink-every-state", {"MERGE-4"}),
 })
+
+
+# -- spec 1.4: paged caches with one mistake each (PAGE) -------------------------------------------
+
+class PageIndexOffByOne(OracleBackend):
+    """Reads key j from page ``block_table[b, j // S] + 1``: the neighbouring page."""
+
+    def _paged(self, q, k_pages, v_pages, block_table, *rest):
+        return super()._paged(q, k_pages, v_pages, (block_table + 1) % k_pages.shape[0], *rest)
+
+
+class StaleSlotRead(OracleBackend):
+    """Attends every slot of an item's pages, the slots past its length included."""
+
+    def _paged(self, q, k_pages, v_pages, block_table, seq_lens, *rest):
+        size = k_pages.shape[1]
+        return super()._paged(q, k_pages, v_pages, block_table, -(-seq_lens // size) * size,
+                              *rest)
+
+
+class WriteToTheNextSlot(OracleBackend):
+    """Writes token n at slot ``slot_mapping[n] + 1``."""
+
+    def _write(self, k_pages, v_pages, k, v, slots):
+        return super()._write(k_pages, v_pages, k, v, (slots + 1) % (k_pages.shape[0] *
+                                                                     k_pages.shape[1]))
+
+
+PAGE_INDEX_OFF_BY_ONE = PageIndexOffByOne("broken-page-index-off-by-one")
+STALE_SLOT_READ = StaleSlotRead("broken-page-stale-slot-read")
+WRITE_TO_THE_NEXT_SLOT = WriteToTheNextSlot("broken-page-write-next-slot")
+
+EXPECTED.update({
+    "PAGE_INDEX_OFF_BY_ONE": ("broken-page-index-off-by-one", {"PAGE-1"}),
+    "STALE_SLOT_READ": ("broken-page-stale-slot-read", {"PAGE-2"}),
+    "WRITE_TO_THE_NEXT_SLOT": ("broken-page-write-next-slot", {"PAGE-3"}),
+})

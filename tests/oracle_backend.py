@@ -138,6 +138,30 @@ class OracleBackend(Backend):
         return oracle_serving.merge_states(outputs, lses, sinks=sinks,
                                            precision=str(outputs[0].dtype), **conventions)
 
+    def paged_attention(self, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, *,
+                        causal=False, scale=None):
+        """The oracle's paged attention (``oracle_serving.paged_attention``) after PAGE-4's
+        checks."""
+        serving.check_paged(NUMPY_PRIMITIVES, q, k_pages, v_pages, block_table, seq_lens,
+                            query_start_loc, causal)
+        return self._paged(q, k_pages, v_pages, block_table, seq_lens, query_start_loc,
+                           causal, scale).astype(q.dtype)
+
+    def _paged(self, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, causal, scale):
+        """What the broken paged attentions override."""
+        return oracle_serving.paged_attention(q, k_pages, v_pages, block_table, seq_lens,
+                                              query_start_loc, causal=causal, scale=scale,
+                                              precision=str(q.dtype))
+
+    def write_pages(self, k_pages, v_pages, k, v, slot_mapping):
+        """The oracle's page write (``oracle_serving.write_pages``) after PAGE-4's checks."""
+        slots = serving.check_write(NUMPY_PRIMITIVES, k_pages, v_pages, k, v, slot_mapping)
+        return self._write(k_pages, v_pages, k, v, slots)
+
+    def _write(self, k_pages, v_pages, k, v, slots):
+        """What the broken page writes override."""
+        return oracle_serving.write_pages(k_pages, v_pages, k, v, slots)
+
     def _mha(self, query, key, value, params, **kwargs) -> oracle.AttentionResult:
         return oracle.multi_head_attention_result(query, key, value, params, **kwargs)
 

@@ -28,7 +28,8 @@ from mhaspec.backend_process import BackendDied, BackendProcess
 from mhaspec.backends import AttentionOutputs, MHAParams
 
 OPERATIONS = ("split_heads", "combine_heads", "scaled_dot_product_attention",
-              "multi_head_attention", "mha_vjp", "attention_vjp", "merge_states")
+              "multi_head_attention", "mha_vjp", "attention_vjp", "merge_states",
+              "paged_attention", "write_pages")
 
 
 class SealedError(Exception):
@@ -160,6 +161,12 @@ class SealedBackend:
 
     def merge_states(self, *args, **kwargs):  # spec 1.4
         return self._call("merge_states", args, kwargs)
+
+    def paged_attention(self, *args, **kwargs):  # spec 1.4
+        return self._call("paged_attention", args, kwargs)
+
+    def write_pages(self, *args, **kwargs):  # spec 1.4
+        return self._call("write_pages", args, kwargs)
 
     def close(self) -> None:
         self.process.stop()
