@@ -229,7 +229,8 @@ def test_chunked_prefill_merged_equals_the_cache_call(impl, spec):
                       lse=True, causal="bottom_right")
     for part in (prefix, new):
         assert part.lse is not None, f"[MERGE-5] {impl.id}: no lse returned with lse=True"
-    got = _merge(impl, [prefix.out, new.out], [prefix.lse, new.lse], {})
+    got = _merge(impl, [np.array(prefix.out), np.array(new.out)],  # own copies of the results
+                 [np.array(prefix.lse), np.array(new.lse)], {})
     kw = {"scale": case.spec.scale, "past_key": case.k[:, :, :past],
           "past_value": case.v[:, :, :past], "causal": "bottom_right"}
     expected = oracle.attention_result(case.q, case.k[:, :, past:], case.v[:, :, past:], **kw)
