@@ -44,11 +44,15 @@ CAPABILITIES = frozenset({
     "attention_vjp",  # attention_vjp: gradients of scaled dot-product attention (GRAD-3..8)
     "bias_grad",      # attention_vjp(bias_grad=True): the gradient of the bias too (GRAD-9)
     "sink",           # sinks (h,): one logit per head in every row's denominator (SINK)
+    # spec 1.4 (the serving step)
+    "merge",          # merge_states: partial states (output, lse) merged into their union (MERGE)
+    "paged",          # paged_attention and write_pages over a paged KV cache (PAGE)
 })
 
 #: Capabilities a backend claims only by naming them: ``Backend.capabilities`` omits them.
 OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad", "softcap", "window", "alibi", "segments",
-                                   "kv_cache", "lse", "attention_vjp", "bias_grad", "sink"})
+                                   "kv_cache", "lse", "attention_vjp", "bias_grad", "sink",
+                                   "merge", "paged"})
 
 #: The spec 1.2 keyword arguments of both attention operations, by the capability that governs
 #: them. The suite passes an argument only to a backend that claims its capability, and only with
@@ -237,6 +241,34 @@ class Backend:
         ``"past_key"`` / ``"past_value"`` with a KV cache (GRAD-6) and ``"bias"`` (its own shape)
         with ``bias_grad=True``."""
         raise NotImplementedError(f"{self.name}: attention_vjp (capability 'attention_vjp') is not "
+                                  f"implemented")
+
+    def merge_states(self, outputs, lses, *, sinks=None, lse_base: str = "e",
+                     empty_lse: str = "-inf", lse_layout: str = "batch"):
+        """Partial states merged into the state over their union (capability "merge", spec 1.4
+        MERGE-1..6): outputs, n arrays (B, h, L_q, d_v); lses, n arrays (B, h, L_q), or (h, T)
+        with ``lse_layout="tokens"`` (T = B * L_q); sinks (h,) or None (added once, after the
+        merge) -> (output (B, h, L_q, d_v), lse in the call's conventions). The conventions a
+        backend accepts are its ``merge_conventions`` (argument -> values; default: LSE-1's
+        alone: ``"e"``, ``"-inf"``, ``"batch"``)."""
+        raise NotImplementedError(f"{self.name}: merge_states (capability 'merge') is not "
+                                  f"implemented")
+
+    def paged_attention(self, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, *,
+                        causal: bool = False, scale=None):
+        """Attention over a paged KV cache (capability "paged", spec 1.4 PAGE-1, 2, 4): q (T, h,
+        d_k), the packed queries of B items, item b's the rows query_start_loc[b] to
+        query_start_loc[b + 1] (B + 1,); k_pages (P, S, g, d_k), v_pages (P, S, g, d_v), S the
+        page size; block_table (B, M) page ids; seq_lens (B,) keys per item -> output (T, h,
+        d_v). Key j of item b is k_pages[block_table[b, j // S], j % S]; queries bottom-right."""
+        raise NotImplementedError(f"{self.name}: paged_attention (capability 'paged') is not "
+                                  f"implemented")
+
+    def write_pages(self, k_pages, v_pages, k, v, slot_mapping):
+        """New (k_pages, v_pages) with token n's key and value (k, v: (N, g, d)) in slot
+        slot_mapping[n] (page slot // S, position slot % S) and every other slot unchanged
+        (capability "paged", PAGE-3)."""
+        raise NotImplementedError(f"{self.name}: write_pages (capability 'paged') is not "
                                   f"implemented")
 
     def __repr__(self) -> str:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _features, _validate, algorithms, sink_key
+from . import _features, _validate, algorithms, serving, sink_key
 from ._base import CAPABILITIES, AttentionOutputs, Backend, MHAParams
 from ._validate import Arg, Features, KVGeometry
 from .algorithms import Algorithm, Cache
@@ -173,6 +173,23 @@ class ArrayBackend(ArrayPrimitives, Backend):
                                     call.masks, call.num_kv_heads)[0]
 
         return self._vjp(forward, primals, cotangent)
+
+    # -- spec 1.4: merging partial states (MERGE), the paged cache (PAGE); the algorithms live in
+    #    serving ------------------------------------------------------------------------------------
+    merge_conventions = serving.MERGE_CONVENTIONS
+
+    def merge_states(self, outputs, lses, *, sinks=None, lse_base: str = "e",
+                     empty_lse: str = "-inf", lse_layout: str = "batch"):
+        return serving.merge_states(self, outputs, lses, sinks=sinks, lse_base=lse_base,
+                                    empty_lse=empty_lse, lse_layout=lse_layout)
+
+    def paged_attention(self, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, *,
+                        causal: bool = False, scale=None):
+        return serving.paged_attention(self, q, k_pages, v_pages, block_table, seq_lens,
+                                       query_start_loc, causal=causal, scale=scale)
+
+    def write_pages(self, k_pages, v_pages, k, v, slot_mapping):
+        return serving.write_pages(self, k_pages, v_pages, k, v, slot_mapping)
 
     def _vjp(self, fn, primals: dict, cotangent) -> dict:
         """``{name: d sum(fn(primals) * cotangent) / d primals[name]}`` (a framework's autodiff)."""

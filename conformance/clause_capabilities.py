@@ -50,6 +50,10 @@ NEEDS: dict[str, frozenset[str]] = {
     "GRAD-9": frozenset({"sdpa", "attention_vjp", "bias", "bias_grad"}),
     **{f"SINK-{i}": frozenset({"sdpa", "sink"}) for i in (1, 2, 4)},
     "SINK-3": frozenset({"sdpa", "sink", "attention_vjp"}),
+    # spec 1.4: merging partial states (MERGE-5's test also requires sdpa, lse and causal: its
+    # states come from the backend's own attention)
+    **{f"MERGE-{i}": frozenset({"merge"}) for i in range(1, 7)},
+    **{f"PAGE-{i}": frozenset({"paged"}) for i in range(1, 5)},
 }
 
 

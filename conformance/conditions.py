@@ -338,6 +338,78 @@ for _clause in ("PARAM-1", "MHA-1", "MHA-2", "MHA-3", "MHA-4"):
         dimensions=SPACES[_clause].dimensions + ("head_widths", "projection_bias"))
 # -- end of the width and bias dimensions ------------------------------------------------------
 
+# -- spec 1.4 (the serving step): MERGE --------------------------------------------------------------
+# A merge's conditions are not in the attention case but in how its keys are split into states:
+# how many states (one, two, several), which of them are empty (the first, the last, every one:
+# MERGE-2's "either side and both"), the declared conventions of MERGE-3 and a sink (MERGE-4).
+# The test records them with the case (RECORDED). States are over scaled dot-product attention.
+DIMENSIONS.update({
+    "states": ("1", "2", "4"),
+    "empty_state": ("none", "first", "last", "all"),
+    "lse_base": ("e", "2"),
+    "empty_lse": ("-inf", "+inf"),
+    "lse_layout": ("batch", "tokens"),
+    "sink": ("none", "sink"),
+})
+RECORDED = (*RECORDED, "states", "empty_state", "lse_base", "empty_lse", "lse_layout", "sink")
+
+#: the test arguments of the merge dimensions (MERGE-1..4)
+MERGE_ARGUMENTS: dict[str, Callable[[str], dict]] = {
+    "states": lambda v: {"states": int(v)},
+    "empty_state": lambda v: {"empty": v},
+    "lse_base": lambda v: {"lse_base": v},
+    "empty_lse": lambda v: {"empty_lse": v},
+    "lse_layout": lambda v: {"lse_layout": v},
+    "sink": lambda v: {"sink": v == "sink"},
+}
+
+
+def _merge_space(*dimensions: str, **narrowed: tuple[str, ...]) -> Space:
+    return Space(("op", "lengths", *dimensions), {"key_padding": True}, ops=OPS_SDPA,
+                 values=narrowed, arguments={d: MERGE_ARGUMENTS[d] for d in dimensions})
+
+
+SPACES.update({
+    "MERGE-1": _merge_space("states", "empty_state", "sink"),
+    "MERGE-2": _merge_space("states", "empty_state", "empty_lse", states=("2", "4")),
+    "MERGE-3": _merge_space("lse_base", "empty_lse", "lse_layout", "empty_state"),
+    "MERGE-4": _merge_space("states", "empty_state", "lse_base"),
+    # the cached prefix is the first L_k - L_q keys: at least one (decoding, L_q < L_k)
+    "MERGE-5": Space(LENGTHS, ops=OPS_SDPA, values={"lengths": ("decode", "L_q<L_k")},
+                     shape=lambda s: s._replace(len_k=max(s.len_k, s.len_q + 1))),
+    "MERGE-6": Space(LENGTHS, ops=OPS_SDPA),
+})
+# PAGE: the page size (1; one that divides every item's length; one that divides none), the
+# pages' order in the table (in order, shuffled, a first page shared by every item), what the
+# slots no item's length reaches hold (zeros, stale keys, NaN and inf), causal or not.
+DIMENSIONS.update({
+    "page_size": ("1", "divides", "does_not_divide"),
+    "pages": ("in_order", "shuffled", "shared"),
+    "unused": ("zero", "stale", "nonfinite"),
+    "paged_causal": ("no", "yes"),
+})
+RECORDED = (*RECORDED, "page_size", "pages", "unused", "paged_causal")
+PAGE_ARGUMENTS: dict[str, Callable[[str], dict]] = {
+    "page_size": lambda v: {"page_size": v},
+    "pages": lambda v: {"pages": v},
+    "unused": lambda v: {"unused": v},
+    "paged_causal": lambda v: {"causal": v == "yes"},
+}
+
+
+def _page_space(*dimensions: str) -> Space:
+    return Space(("op", *dimensions), ops=OPS_SDPA,
+                 arguments={d: PAGE_ARGUMENTS[d] for d in dimensions})
+
+
+SPACES.update({
+    "PAGE-1": _page_space("page_size", "paged_causal"),
+    "PAGE-2": _page_space("pages", "unused", "page_size"),
+    "PAGE-3": _page_space("page_size", "unused"),
+    "PAGE-4": Space(("op",), ops=OPS_SDPA),
+})
+# -- end of spec 1.4's spaces ----------------------------------------------------------------
+
 
 def fixed_fields(space: Space, shape) -> dict:
     """The fixed CaseSpec fields of ``space``'s cases on ``shape``."""

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from mhaspec.backends import (CAPABILITIES, AttentionOutputs, Backend, MHAParams,
+from mhaspec.backends import (CAPABILITIES, AttentionOutputs, Backend, MHAParams, serving,
                               validation)
-from mhaspec.spec import oracle, oracle_vjp
+from mhaspec.backends.np_backend import BATCHED as NUMPY_PRIMITIVES
+from mhaspec.spec import oracle, oracle_serving, oracle_vjp
 
 
 def _arg(name: str, x, shape=None):
@@ -120,6 +121,46 @@ class OracleBackend(Backend):
     def _vjp(self, q, k, v, d_output, **kwargs) -> oracle_vjp.AttentionVJP:
         """What the broken variants of the backward pass override."""
         return oracle_vjp.attention_vjp(q, k, v, d_output, precision=str(q.dtype), **kwargs)
+
+    # -- spec 1.4: merging partial states (MERGE) ----------------------------------------------------
+    merge_conventions = serving.MERGE_CONVENTIONS
+
+    def merge_states(self, outputs, lses, *, sinks=None, lse_base="e", empty_lse="-inf",
+                     lse_layout="batch"):
+        """The oracle's merge (``oracle_serving.merge_states``) after MERGE-6's checks."""
+        conventions = {"lse_base": lse_base, "empty_lse": empty_lse, "lse_layout": lse_layout}
+        outputs, lses = serving.check_call(NUMPY_PRIMITIVES, outputs, lses, sinks, conventions)
+        out, lse = self._merge(outputs, lses, sinks, conventions)
+        return out.astype(outputs[0].dtype), lse.astype(outputs[0].dtype)
+
+    def _merge(self, outputs, lses, sinks, conventions: dict):
+        """What the broken merges override: (out, lse) in the arrays' precision."""
+        return oracle_serving.merge_states(outputs, lses, sinks=sinks,
+                                           precision=str(outputs[0].dtype), **conventions)
+
+    def paged_attention(self, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, *,
+                        causal=False, scale=None):
+        """The oracle's paged attention (``oracle_serving.paged_attention``) after PAGE-4's
+        checks."""
+        serving.check_paged(NUMPY_PRIMITIVES, q, k_pages, v_pages, block_table, seq_lens,
+                            query_start_loc, causal)
+        return self._paged(q, k_pages, v_pages, block_table, seq_lens, query_start_loc,
+                           causal, scale).astype(q.dtype)
+
+    def _paged(self, q, k_pages, v_pages, block_table, seq_lens, query_start_loc, causal, scale):
+        """What the broken paged attentions override."""
+        return oracle_serving.paged_attention(q, k_pages, v_pages, block_table, seq_lens,
+                                              query_start_loc, causal=causal, scale=scale,
+                                              precision=str(q.dtype))
+
+    def write_pages(self, k_pages, v_pages, k, v, slot_mapping):
+        """The oracle's page write (``oracle_serving.write_pages``) after PAGE-4's checks."""
+        slots = serving.check_write(NUMPY_PRIMITIVES, k_pages, v_pages, k, v, slot_mapping)
+        return self._write(k_pages, v_pages, k, v, slots)
+
+    def _write(self, k_pages, v_pages, k, v, slots):
+        """What the broken page writes override."""
+        return oracle_serving.write_pages(k_pages, v_pages, k, v, slots)
 
     def _mha(self, query, key, value, params, **kwargs) -> oracle.AttentionResult:
         return oracle.multi_head_attention_result(query, key, value, params, **kwargs)

@@ -28,7 +28,8 @@ from mhaspec import codec
 from mhaspec.backend_process import BackendDied, BackendProcess
 
 OPERATIONS = ("split_heads", "combine_heads", "scaled_dot_product_attention",
-              "multi_head_attention", "mha_vjp", "attention_vjp")
+              "multi_head_attention", "mha_vjp", "attention_vjp", "merge_states",
+              "paged_attention", "write_pages")
 
 
 class SealedError(Exception):
@@ -157,6 +158,15 @@ class SealedBackend:
 
     def attention_vjp(self, *args, **kwargs):  # spec 1.3
         return self._call("attention_vjp", args, kwargs)
+
+    def merge_states(self, *args, **kwargs):  # spec 1.4
+        return self._call("merge_states", args, kwargs)
+
+    def paged_attention(self, *args, **kwargs):  # spec 1.4
+        return self._call("paged_attention", args, kwargs)
+
+    def write_pages(self, *args, **kwargs):  # spec 1.4
+        return self._call("write_pages", args, kwargs)
 
     def close(self) -> None:
         self.process.stop()
