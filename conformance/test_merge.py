@@ -88,10 +88,10 @@ def states_of(case, n: int, empty: str) -> Split:
     return Split(outputs, lses, kw)
 
 
-def _declared(impl, conventions: dict) -> None:
+def _declared(cell, conventions: dict) -> None:
     """Leave a call with a convention the backend does not declare (MERGE-3) out as not
     implemented."""
-    declared = serving.conventions_of(impl.backend)
+    declared = serving.conventions_of(cell.backend)
     missing = [f"{k}={v!r}" for k, v in conventions.items() if v not in declared[k]]
     if missing:
         state = running()
@@ -100,17 +100,17 @@ def _declared(impl, conventions: dict) -> None:
         conditions.not_implemented_call(missing)
 
 
-def _merge(impl, outputs, lses, conventions: dict, sinks=None):
+def _merge(cell, outputs, lses, conventions: dict, sinks=None):
     """The backend's merge of NumPy states (rounded to the cell's dtype) -> NumPy (out, lse)."""
-    arrays = [impl.arr(o) for o in outputs], [impl.arr(x) for x in lses]
-    kw = dict(conventions, **({} if sinks is None else {"sinks": impl.arr(sinks)}))
-    out, lse = impl.call("merge_states", *arrays, **kw)
-    return impl.backend.to_numpy(out), impl.backend.to_numpy(lse)
+    arrays = [cell.arr(o) for o in outputs], [cell.arr(x) for x in lses]
+    kw = dict(conventions, **({} if sinks is None else {"sinks": cell.arr(sinks)}))
+    out, lse = cell.call("merge_states", *arrays, **kw)
+    return cell.backend.to_numpy(out), cell.backend.to_numpy(lse)
 
 
-def _rounded(impl, x: np.ndarray) -> np.ndarray:
+def _rounded(cell, x: np.ndarray) -> np.ndarray:
     """``x`` as the backend holds it in the cell's dtype (float64 NumPy)."""
-    return np.asarray(impl.backend.to_numpy(impl.arr(x)), dtype=np.float64)
+    return np.asarray(cell.backend.to_numpy(cell.arr(x)), dtype=np.float64)
 
 
 def _signed(got: np.ndarray, want: np.ndarray) -> np.ndarray:
@@ -122,7 +122,7 @@ def _signed(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.where(~np.isfinite(want) & (got != want), 0.0, got)
 
 
-def expect_merge(impl, case, got: tuple, expected, naive: list, *, clause: str, context: str,
+def expect_merge(cell, case, got: tuple, expected, naive: list, *, clause: str, context: str,
                  conventions: dict) -> None:
     """Judge a merged ``got`` (out, lse in ``conventions``) against the oracle's ``expected``
     attention over the union (output, natural lse) under NUM-3; ``naive``: (out, lse) pairs of the
@@ -133,41 +133,41 @@ def expect_merge(impl, case, got: tuple, expected, naive: list, *, clause: str, 
              ("lse", _signed(got[1], want_lse), want_lse, [n[1] for n in naive],
               harness.lse_scale(want_lse))]
     length = max(case.k.shape[2], case.q.shape[3], len(naive[0]))
-    for what, verdict in harness.judge_parts(parts, dtype=impl.dtype, clause=clause,
+    for what, verdict in harness.judge_parts(parts, dtype=cell.dtype, clause=clause,
                                              sum_length=length):
         if not verdict.ok:
             record_failure(clause, f"merge_states {what}{context}", verdict.error, 1.0,
                            f"differs from the float64 oracle: {verdict.describe()}", case.spec)
             raise AssertionError(
-                f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): merge_states "
+                f"[{clause}] {cell.backend.name} ({cell.device}, {cell.dtype}): merge_states "
                 f"{what}{context} differs from the float64 oracle's attention over the union: "
                 f"{verdict.describe()}\ncase: {case.spec!r}")
 
 
-def check_merge(impl, spec: CaseSpec, clause: str, *, states: int, empty: str,
+def check_merge(cell, spec: CaseSpec, clause: str, *, states: int, empty: str,
                 lse_base: str = "e", empty_lse: str = "-inf", lse_layout: str = "batch",
                 sink: bool = False, regroup: int = 0) -> None:
     """Split ``spec``'s keys into ``states`` states (``empty`` of them emptied), merge them by the
     backend in the conventions given (with a sink: MERGE-4) and judge the result. ``regroup``
     m > 0: merge the first m states first and that merge with the others (MERGE-2)."""
     conventions = {"lse_base": lse_base, "empty_lse": empty_lse, "lse_layout": lse_layout}
-    _declared(impl, conventions)
-    case = impl.case(spec, "sdpa")
+    _declared(cell, conventions)
+    case = cell.case(spec, "sdpa")
     harness.note("sdpa", case.spec, states=str(states), empty_state=empty, lse_base=lse_base,
                  empty_lse=empty_lse, lse_layout=lse_layout, sink="sink" if sink else "none")
     split = states_of(case, states, empty)
     sinks = vjp.sinks_of(case, 1.0) if sink else None
     lses = [oracle_serving.from_natural(x, **conventions) for x in split.lses]
     if regroup:
-        first = _merge(impl, split.outputs[:regroup], lses[:regroup], conventions)
-        got = _merge(impl, [first[0], *split.outputs[regroup:]], [first[1], *lses[regroup:]],
+        first = _merge(cell, split.outputs[:regroup], lses[:regroup], conventions)
+        got = _merge(cell, [first[0], *split.outputs[regroup:]], [first[1], *lses[regroup:]],
                      conventions, sinks)
     else:
-        got = _merge(impl, split.outputs, lses, conventions, sinks)
-    rounded = [_rounded(impl, o) for o in split.outputs], [_rounded(impl, x) for x in lses]
+        got = _merge(cell, split.outputs, lses, conventions, sinks)
+    rounded = [_rounded(cell, o) for o in split.outputs], [_rounded(cell, x) for x in lses]
     naive = [oracle_serving.merge_states(*rounded, sinks=None if sinks is None else
-                                         _rounded(impl, sinks), precision=p, **conventions)
-             for p in tolerance.naive_precisions(impl.dtype)]
+                                         _rounded(cell, sinks), precision=p, **conventions)
+             for p in tolerance.naive_precisions(cell.dtype)]
     if sinks is None:
         expected = oracle.attention_result(case.q, case.k, case.v, **split.union)
     else:
@@ -175,78 +175,78 @@ def check_merge(impl, spec: CaseSpec, clause: str, *, states: int, empty: str,
                                                    **split.union)
     how = f" of {states} state(s), empty: {empty}, {conventions}{', a sink' if sink else ''}" + (
         f", the first {regroup} merged first" if regroup else "")
-    expect_merge(impl, case, got, expected, naive, clause=clause, context=how,
+    expect_merge(cell, case, got, expected, naive, clause=clause, context=how,
                  conventions=conventions)
 
 
 @pytest.mark.clause("MERGE-1")
 @conditions.cover("MERGE-1", states=2, empty="none", sink=False)
 @given(spec=SPECS, states=STATES, empty=EMPTY, sink=st.booleans())
-def test_merging_states_equals_attention_over_their_union(impl, spec, states, empty, sink):
-    check_merge(impl, spec, "MERGE-1", states=states, empty=empty, sink=sink)
+def test_merging_states_equals_attention_over_their_union(cell, spec, states, empty, sink):
+    check_merge(cell, spec, "MERGE-1", states=states, empty=empty, sink=sink)
 
 
 @pytest.mark.clause("MERGE-2")
 @conditions.cover("MERGE-2", states=2, empty="none", empty_lse="-inf", cut=0.5)
 @given(spec=SPECS, states=st.sampled_from([2, 4]), empty=EMPTY, empty_lse=EMPTY_LSES,
        cut=st.floats(0.0, 1.0))
-def test_empty_states_are_the_identity_and_merging_is_associative(impl, spec, states, empty,
+def test_empty_states_are_the_identity_and_merging_is_associative(cell, spec, states, empty,
                                                                   empty_lse, cut):
     """The first m states merged, then merged with the rest (m from 1 to n - 1); empty states
     first, last or all (two empty states merge into an empty one, not NaN)."""
     m = min(states - 1, 1 + int(cut * (states - 1)))
-    check_merge(impl, spec, "MERGE-2", states=states, empty=empty, empty_lse=empty_lse,
+    check_merge(cell, spec, "MERGE-2", states=states, empty=empty, empty_lse=empty_lse,
                 regroup=m)
 
 
 @pytest.mark.clause("MERGE-3")
 @conditions.cover("MERGE-3", lse_base="e", empty_lse="-inf", lse_layout="batch", empty="none")
 @given(spec=SPECS, lse_base=BASES, empty_lse=EMPTY_LSES, lse_layout=LAYOUTS, empty=EMPTY)
-def test_the_declared_conventions_of_the_lse(impl, spec, lse_base, empty_lse, lse_layout, empty):
-    check_merge(impl, spec, "MERGE-3", states=2, empty=empty, lse_base=lse_base,
+def test_the_declared_conventions_of_the_lse(cell, spec, lse_base, empty_lse, lse_layout, empty):
+    check_merge(cell, spec, "MERGE-3", states=2, empty=empty, lse_base=lse_base,
                 empty_lse=empty_lse, lse_layout=lse_layout)
 
 
 @pytest.mark.clause("MERGE-4")
 @conditions.cover("MERGE-4", states=2, empty="none", lse_base="e")
 @given(spec=SPECS, states=STATES, empty=EMPTY, lse_base=BASES)
-def test_a_sink_enters_once_after_the_merge(impl, spec, states, empty, lse_base):
-    check_merge(impl, spec, "MERGE-4", states=states, empty=empty, lse_base=lse_base, sink=True)
+def test_a_sink_enters_once_after_the_merge(cell, spec, states, empty, lse_base):
+    check_merge(cell, spec, "MERGE-4", states=states, empty=empty, lse_base=lse_base, sink=True)
 
 
 @pytest.mark.clause("MERGE-5")
 @pytest.mark.requires("sdpa", "lse", "causal")
 @conditions.cover("MERGE-5")
 @given(spec=case_specs(custom_scale=True).filter(lambda s: s.len_k > s.len_q))
-def test_chunked_prefill_merged_equals_the_cache_call(impl, spec):
+def test_chunked_prefill_merged_equals_the_cache_call(cell, spec):
     """The first L_k - L_q keys are the cache (attended without a mask), the last L_q the new
     tokens (causal, bottom-right); both states from the backend's own attention, merged."""
-    case = impl.case(spec, "sdpa")
+    case = cell.case(spec, "sdpa")
     past = case.k.shape[2] - case.q.shape[2]
-    prefix = harness.run(impl, "sdpa", case._replace(k=case.k[:, :, :past], v=case.v[:, :, :past]),
+    prefix = harness.run(cell, "sdpa", case._replace(k=case.k[:, :, :past], v=case.v[:, :, :past]),
                          lse=True)
-    new = harness.run(impl, "sdpa", case._replace(k=case.k[:, :, past:], v=case.v[:, :, past:]),
+    new = harness.run(cell, "sdpa", case._replace(k=case.k[:, :, past:], v=case.v[:, :, past:]),
                       lse=True, causal="bottom_right")
     for part in (prefix, new):
-        assert part.lse is not None, f"[MERGE-5] {impl.id}: no lse returned with lse=True"
-    got = _merge(impl, [np.array(prefix.out), np.array(new.out)],  # own copies of the results
+        assert part.lse is not None, f"[MERGE-5] {cell.id}: no lse returned with lse=True"
+    got = _merge(cell, [np.array(prefix.out), np.array(new.out)],  # own copies of the results
                  [np.array(prefix.lse), np.array(new.lse)], {})
     kw = {"scale": case.spec.scale, "past_key": case.k[:, :, :past],
           "past_value": case.v[:, :, :past], "causal": "bottom_right"}
     expected = oracle.attention_result(case.q, case.k[:, :, past:], case.v[:, :, past:], **kw)
     naive = [oracle.attention_result(case.q, case.k[:, :, past:], case.v[:, :, past:], **kw,
                                      precision=p)
-             for p in tolerance.naive_precisions(impl.dtype)]
-    expect_merge(impl, case, got, expected, [(n.output, n.lse) for n in naive], clause="MERGE-5",
+             for p in tolerance.naive_precisions(cell.dtype)]
+    expect_merge(cell, case, got, expected, [(n.output, n.lse) for n in naive], clause="MERGE-5",
                  context=f" of a cached prefix of {past} key(s) and {case.q.shape[2]} new "
                          f"token(s)", conventions={})
 
 
 @pytest.mark.clause("MERGE-6")
 @pytest.mark.requires("errors")
-def test_invalid_merges_are_rejected(impl):
+def test_invalid_merges_are_rejected(cell):
     for spec in conditions.row_specs("MERGE-6", CaseSpec(seed=34)):
-        case = impl.case(spec, "sdpa")
+        case = cell.case(spec, "sdpa")
         harness.note("sdpa", case.spec)
         split = states_of(case, 2, "none")
         o, x = split.outputs, split.lses
@@ -266,19 +266,19 @@ def test_invalid_merges_are_rejected(impl):
             ("lse_layout='T, h'", "lse_layout", (o, x), {"lse_layout": "T, h"}),
         ]
         problems = [p for what, name, args, kw in bad
-                    if (p := _rejection(impl, what, name, args, kw)) is not None]
-        problems += [p for p in [_rejection(impl, "an lse of another dtype", "lses", (o, x), {},
-                                            lse_dtype="float64" if impl.dtype != "float64"
+                    if (p := _rejection(cell, what, name, args, kw)) is not None]
+        problems += [p for p in [_rejection(cell, "an lse of another dtype", "lses", (o, x), {},
+                                            lse_dtype="float64" if cell.dtype != "float64"
                                             else "float32"),
-                                 _rejection(impl, "integer outputs", "outputs",
+                                 _rejection(cell, "integer outputs", "outputs",
                                             ([np.zeros(a.shape) for a in o],
                                              [np.zeros(a.shape) for a in x]), {},
                                             out_dtype="int64", lse_dtype="int64")]
                      if p is not None]
-        assert not problems, f"[MERGE-6] {impl.id}:\n  " + "\n  ".join(problems)
+        assert not problems, f"[MERGE-6] {cell.id}:\n  " + "\n  ".join(problems)
 
 
-def _rejection(impl, what: str, name: str, args: tuple, kw: dict, *, out_dtype=None,
+def _rejection(cell, what: str, name: str, args: tuple, kw: dict, *, out_dtype=None,
                lse_dtype=None) -> str | None:
     """None when ``merge_states(*args, **kw)`` raises ValueError naming ``name``, else the problem
     (the harness's rejection rule, :func:`harness.rejection_problem`, for a merge)."""
@@ -287,14 +287,14 @@ def _rejection(impl, what: str, name: str, args: tuple, kw: dict, *, out_dtype=N
     outputs, lses = args
 
     def convert(x, dtype):
-        return impl.arr(np.asarray(x), dtype) if isinstance(x, np.ndarray) else x
+        return cell.arr(np.asarray(x), dtype) if isinstance(x, np.ndarray) else x
 
     outs = convert(outputs, out_dtype) if isinstance(outputs, np.ndarray) else \
         [convert(a, out_dtype) for a in outputs]
     ls = [convert(a, lse_dtype) for a in lses]
     extra = {k: convert(v, None) for k, v in kw.items()}
     try:
-        impl.call("merge_states", outs, ls, **extra)
+        cell.call("merge_states", outs, ls, **extra)
     except ValueError as exc:
         if not re.search(rf"\b{re.escape(name)}\b", str(exc)):
             return f"{what}: message does not name {name}: {str(exc)!r:.300}"

@@ -116,66 +116,66 @@ def _filled(rng, shape, unused: str, stale: float) -> np.ndarray:
     return pool
 
 
-def _call(impl, case: PagedCase) -> np.ndarray:
-    args = [impl.arr(x) for x in case[:6]]
-    out = impl.call("paged_attention", *args, causal=case.causal, scale=case.scale)
-    return np.asarray(impl.backend.to_numpy(out), dtype=np.float64)
+def _call(cell, case: PagedCase) -> np.ndarray:
+    args = [cell.arr(x) for x in case[:6]]
+    out = cell.call("paged_attention", *args, causal=case.causal, scale=case.scale)
+    return np.asarray(cell.backend.to_numpy(out), dtype=np.float64)
 
 
-def expect_paged(impl, spec: CaseSpec, case: PagedCase, clause: str, context: str) -> None:
+def expect_paged(cell, spec: CaseSpec, case: PagedCase, clause: str, context: str) -> None:
     """Judge the backend's paged attention on ``case`` against the oracle under NUM-3."""
     info: dict = {}
     kw = dict(causal=case.causal, scale=case.scale)
     expected = oracle_serving.paged_attention(*case[:6], **kw, info=info)
     naive = [oracle_serving.paged_attention(*case[:6], **kw, precision=p)
-             for p in tolerance.naive_precisions(impl.dtype)]
-    got = _call(impl, case)
+             for p in tolerance.naive_precisions(cell.dtype)]
+    got = _call(cell, case)
     valid = [oracle_serving.gather_pages(case.v_pages, case.block_table, case.seq_lens, b)
              for b in range(len(case.seq_lens))]
     scale = max(finite_max_abs(expected), *(finite_max_abs(v) for v in valid))
     length = max(int(case.seq_lens.max()), case.q.shape[2])
     (_, verdict), = harness.judge_parts(
-        [("output", got, expected, naive, scale)], dtype=impl.dtype, clause=clause,
+        [("output", got, expected, naive, scale)], dtype=cell.dtype, clause=clause,
         sum_length=length, condition=max(1.0, info.get("logit_condition", 0.0)))
     if not verdict.ok:
         record_failure(clause, f"paged_attention output{context}", verdict.error, scale,
                        f"differs from the float64 oracle: {verdict.describe()}", spec)
         raise AssertionError(
-            f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): paged_attention "
+            f"[{clause}] {cell.backend.name} ({cell.device}, {cell.dtype}): paged_attention "
             f"output{context} differs from the float64 oracle: {verdict.describe()}\n"
             f"case: {spec!r}, table {case.block_table.tolist()}, seq_lens "
             f"{case.seq_lens.tolist()}, query_start_loc {case.query_start_loc.tolist()}")
 
 
-def _run(impl, spec, clause: str, *, page_size: str, pages: str, unused: str, causal: bool):
+def _run(cell, spec, clause: str, *, page_size: str, pages: str, unused: str, causal: bool):
     harness.note("sdpa", spec, page_size=page_size, pages=pages, unused=unused,
                  paged_causal="yes" if causal else "no")
     case = paged_case(spec, page_size=page_size, pages=pages, unused=unused, causal=causal,
-                      gqa="gqa" in impl.backend.capabilities)
-    expect_paged(impl, spec, case, clause, f" (page size {PAGE_SIZE[page_size]}, pages "
+                      gqa="gqa" in cell.backend.capabilities)
+    expect_paged(cell, spec, case, clause, f" (page size {PAGE_SIZE[page_size]}, pages "
                                            f"{pages}, unused slots {unused}, causal {causal})")
 
 
 @pytest.mark.clause("PAGE-1")
 @conditions.cover("PAGE-1", page_size="1", causal=False)
 @given(spec=SPECS, page_size=SIZES, causal=st.booleans())
-def test_key_j_is_in_page_table_j_div_s_slot_j_mod_s(impl, spec, page_size, causal):
-    _run(impl, spec, "PAGE-1", page_size=page_size, pages="in_order", unused="zero",
+def test_key_j_is_in_page_table_j_div_s_slot_j_mod_s(cell, spec, page_size, causal):
+    _run(cell, spec, "PAGE-1", page_size=page_size, pages="in_order", unused="zero",
          causal=causal)
 
 
 @pytest.mark.clause("PAGE-2")
 @conditions.cover("PAGE-2", page_size="1", pages="in_order", unused="zero", causal=True)
 @given(spec=SPECS, page_size=SIZES, pages=ORDERS, unused=UNUSED, causal=st.booleans())
-def test_page_order_shared_pages_and_unused_slots_do_not_matter(impl, spec, page_size, pages,
+def test_page_order_shared_pages_and_unused_slots_do_not_matter(cell, spec, page_size, pages,
                                                                 unused, causal):
-    _run(impl, spec, "PAGE-2", page_size=page_size, pages=pages, unused=unused, causal=causal)
+    _run(cell, spec, "PAGE-2", page_size=page_size, pages=pages, unused=unused, causal=causal)
 
 
 @pytest.mark.clause("PAGE-3")
 @conditions.cover("PAGE-3", page_size="1", unused="zero")
 @given(spec=SPECS, page_size=SIZES, unused=UNUSED)
-def test_writing_keys_changes_only_their_slots(impl, spec, page_size, unused):
+def test_writing_keys_changes_only_their_slots(cell, spec, page_size, unused):
     """Tokens written over valid and unused slots alike; the pages compared bit for bit (NaN
     equal to NaN) with the oracle's write of the same rounded arrays."""
     harness.note("sdpa", spec, page_size=page_size, unused=unused)
@@ -188,29 +188,29 @@ def test_writing_keys_changes_only_their_slots(impl, spec, page_size, unused):
     g = case.k_pages.shape[2]
     k = rng.standard_normal((n, g, case.k_pages.shape[3]))
     v = rng.standard_normal((n, g, case.v_pages.shape[3]))
-    arrays = [impl.arr(x) for x in (case.k_pages, case.v_pages, k, v)]
-    before = [np.asarray(impl.backend.to_numpy(a), np.float64) for a in arrays]
-    got = impl.call("write_pages", *arrays, impl.arr(slots))
+    arrays = [cell.arr(x) for x in (case.k_pages, case.v_pages, k, v)]
+    before = [np.asarray(cell.backend.to_numpy(a), np.float64) for a in arrays]
+    got = cell.call("write_pages", *arrays, cell.arr(slots))
     want = oracle_serving.write_pages(*before, slots)
     for what, mine, expected in zip(("k_pages", "v_pages"), got, want):
-        mine = np.asarray(impl.backend.to_numpy(mine), np.float64)
+        mine = np.asarray(cell.backend.to_numpy(mine), np.float64)
         if mine.shape != expected.shape or not np.array_equal(mine, expected, equal_nan=True):
             wrong = np.argwhere(~((mine == expected) | (np.isnan(mine) & np.isnan(expected)))) \
                 if mine.shape == expected.shape else None
             raise AssertionError(
-                f"[PAGE-3] {impl.backend.name} ({impl.device}, {impl.dtype}): write_pages "
+                f"[PAGE-3] {cell.backend.name} ({cell.device}, {cell.dtype}): write_pages "
                 f"{what} differs from the pages with slots {slots.tolist()} written (page size "
                 f"{case.k_pages.shape[1]}): shape {mine.shape} vs {expected.shape}, first wrong "
                 f"(page, slot, head, column) {None if wrong is None or not len(wrong) else wrong[0].tolist()}")
     for name, a, b in zip(("k_pages", "v_pages", "k", "v"), arrays, before):
-        after = np.asarray(impl.backend.to_numpy(a), np.float64)
+        after = np.asarray(cell.backend.to_numpy(a), np.float64)
         assert np.array_equal(after, b, equal_nan=True), (
-            f"[PAGE-3] {impl.backend.name}: write_pages modified its input {name} (INPUT-1)")
+            f"[PAGE-3] {cell.backend.name}: write_pages modified its input {name} (INPUT-1)")
 
 
 @pytest.mark.clause("PAGE-4")
 @pytest.mark.requires("errors")
-def test_invalid_paged_calls_are_rejected(impl):
+def test_invalid_paged_calls_are_rejected(cell):
     spec = CaseSpec(batch=2, heads=2, len_q=3, len_k=5, d_k=4, d_v=4, seed=44)
     harness.note("sdpa", spec)
     c = paged_case(spec, page_size="divides", pages="in_order", unused="zero", causal=False,
@@ -237,29 +237,29 @@ def test_invalid_paged_calls_are_rejected(impl):
         ("q of another width", "q", c._replace(q=c.q[..., :-1]), {}),
     ]
     problems = [p for what, name, case, kw in bad
-                if (p := _rejection(impl, "paged_attention", name, what,
-                                    [impl.arr(x) if x.dtype.kind != "f" or i < 3
-                                     else impl.arr(x, "float64") for i, x in enumerate(case[:6])],
+                if (p := _rejection(cell, "paged_attention", name, what,
+                                    [cell.arr(x) if x.dtype.kind != "f" or i < 3
+                                     else cell.arr(x, "float64") for i, x in enumerate(case[:6])],
                                     {"causal": case.causal, "scale": case.scale})) is not None]
     g, d = c.k_pages.shape[2:]
     k = np.zeros((2, g, d))
-    arrays = [impl.arr(x) for x in (c.k_pages, c.v_pages, k, k)]
+    arrays = [cell.arr(x) for x in (c.k_pages, c.v_pages, k, k)]
     slots_total = pages * c.k_pages.shape[1]
     for what, slots in (("a slot past the pages", [0, slots_total]),
                         ("a repeated slot", [1, 1]), ("a negative slot", [-1, 0])):
-        p = _rejection(impl, "write_pages", "slot_mapping", what,
-                       [*arrays, impl.arr(np.array(slots, np.int64))], {})
+        p = _rejection(cell, "write_pages", "slot_mapping", what,
+                       [*arrays, cell.arr(np.array(slots, np.int64))], {})
         if p is not None:
             problems.append(p)
-    assert not problems, f"[PAGE-4] {impl.id}:\n  " + "\n  ".join(problems)
+    assert not problems, f"[PAGE-4] {cell.id}:\n  " + "\n  ".join(problems)
 
 
-def _rejection(impl, method: str, name: str, what: str, args: list, kw: dict) -> str | None:
+def _rejection(cell, method: str, name: str, what: str, args: list, kw: dict) -> str | None:
     """None when ``method(*args, **kw)`` raises ValueError naming ``name``, else the problem."""
     import re
 
     try:
-        impl.call(method, *args, **kw)
+        cell.call(method, *args, **kw)
     except ValueError as exc:
         if not re.search(rf"\b{re.escape(name)}\b", str(exc)):
             return f"{what}: message does not name {name}: {str(exc)!r:.300}"
