@@ -5,7 +5,8 @@ keys, L_K = L_past + L_k, d_v value width.
 
 The cotangents are fixed random data from the case's seed: d_output (B, h, L_q, d_v) and, for
 GRAD-8, d_lse (B, h, L_q). The oracle is ``spec/oracle_vjp.py`` in float64; the reference error is
-that of the same analytic steps in the candidate's dtype (float32's, scaled, for float64); one
+that of the same analytic steps in the candidate's dtype (float32's, scaled, for float64; in
+float16 and bfloat16 GRAD-10's reference evaluation, rounded where kernels round); one
 scale for every gradient of a call: the largest oracle gradient times the condition factor
 max(1, max |S|) over the allowed logits and the sinks (GRAD-1). :func:`judge_gradients` is the
 loop both gradient chapters use (``test_grad`` for ``mha_vjp``).
@@ -19,7 +20,7 @@ import numpy as np
 
 from mhaspec.spec import oracle, oracle_vjp
 
-from . import harness
+from . import harness, tolerance
 
 #: oracle_vjp.AttentionVJP field -> the key of a backend's result
 NAMES = {"dq": "q", "dk": "k", "dv": "v", "d_sinks": "sinks", "d_bias": "bias",
@@ -137,7 +138,7 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     got = run(impl, case, **opts)
     info: dict = {}
     want = oracle_grads(case, "float64", info=info, **opts)
-    naive = oracle_grads(case, "float32", **opts)
+    naive = oracle_grads(case, tolerance.naive_precision(impl.dtype), **opts)
     largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
     scale = max(largest * condition(problem, sinks), info.get("cap_path", 0.0))  # GRAD-1, GRAD-5
     judge_gradients(impl, clause, got, want, naive, scale,
