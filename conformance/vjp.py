@@ -146,6 +146,52 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     return got
 
 
+def refused_d_lse(impl, error: Exception) -> bool:
+    """GRAD-11: is ``error``, raised by a call with a non-zero ``d_lse``, a refusal of the
+    cotangent (``NotImplementedError``, or ``ValueError`` naming ``d_lse``)? Any other error
+    fails the clause, with its message."""
+    if isinstance(error, NotImplementedError) or (isinstance(error, ValueError)
+                                                  and "d_lse" in str(error)):
+        return True
+    raise AssertionError(f"[GRAD-11] {impl.id}: a non-zero d_lse raised {type(error).__name__}: "
+                         f"{error}; a refusal is NotImplementedError or a ValueError naming "
+                         f"d_lse") from error
+
+
+def expect_d_lse_honoured_or_refused(impl, case) -> str:
+    """GRAD-11 on ``case``: the call with a non-zero ``d_lse`` either raises a refusal
+    (:func:`refused_d_lse`) or its gradients agree with the oracle's with ``d_lse`` (GRAD-1's
+    rule, as :func:`expect_gradients`); gradients that agree with the oracle's *without* it fail
+    with a message saying the cotangent was dropped. Returns "refused" or "honoured"."""
+    problem = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
+    left_out = rows_left_to_mask9(impl, problem)
+    try:
+        got = run(impl, case, d_lse=True, left_out=left_out)
+    except (NotImplementedError, ValueError) as error:
+        if refused_d_lse(impl, error):
+            return "refused"
+    info: dict = {}
+    want = oracle_grads(case, "float64", d_lse=True, left_out=left_out, info=info)
+    naive = oracle_grads(case, tolerance.naive_precision(impl.dtype), d_lse=True,
+                         left_out=left_out)
+    largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
+    scale = max(largest * condition(problem), info.get("cap_path", 0.0))
+    reproduce = harness.reproducer(impl, "sdpa", case.spec)
+    try:
+        judge_gradients(impl, "GRAD-11", got, want, naive, scale, reproduce)
+    except AssertionError as wrong:
+        without = oracle_grads(case, "float64", left_out=left_out)
+        dropped = all(tolerance.judge(got[n], without[n], naive[n], dtype=impl.dtype,
+                                      scale=scale).ok for n in without)
+        if dropped:
+            raise AssertionError(
+                f"[GRAD-11] {impl.backend.name} ({impl.device}, {impl.dtype}): the cotangent d_lse "
+                f"is silently dropped: the gradients are those of the call without it. Honour it "
+                f"(GRAD-8) or raise NotImplementedError for a non-zero d_lse.\n{wrong}") from None
+        raise
+    return "honoured"
+
+
 def dead_rows(case) -> dict[str, np.ndarray]:
     """Where GRAD-7 asks for exact zeros, as boolean masks over the rows of each gradient: "q"
     (B, h, L_q) queries with an empty allowed set; "k" and "v" (B, g, L_k) new keys no query of
