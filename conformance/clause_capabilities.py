@@ -50,6 +50,9 @@ NEEDS: dict[str, frozenset[str]] = {
     "GRAD-9": frozenset({"sdpa", "attention_vjp", "bias", "bias_grad"}),
     **{f"SINK-{i}": frozenset({"sdpa", "sink"}) for i in (1, 2, 4)},
     "SINK-3": frozenset({"sdpa", "sink", "attention_vjp"}),
+    # spec 1.4: 16-bit gradients (the dtypes are the cells), the lse cotangent honoured or refused
+    "GRAD-10": frozenset({"sdpa", "attention_vjp"}),
+    "GRAD-11": frozenset({"sdpa", "attention_vjp", "lse"}),
 }
 
 
