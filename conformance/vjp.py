@@ -136,14 +136,23 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks,
                 left_out=rows_left_to_mask9(impl, problem))
     got = run(impl, case, **opts)
+    want, naive, scale = references(impl, case, problem, **opts)
+    judge_gradients(impl, clause, got, want, naive, scale,
+                    harness.reproducer(impl, "sdpa", case.spec))
+    return got
+
+
+def references(impl, case, problem: oracle.AttentionProblem, **opts):
+    """What a call's gradients are judged against: the oracle's (float64), the reference
+    evaluation's in the cell's dtype and GRAD-1's scale (the largest oracle gradient times the
+    condition factor, at least GRAD-5's path through a soft-cap's derivative); ``opts`` as
+    :func:`oracle_grads` takes them."""
     info: dict = {}
     want = oracle_grads(case, "float64", info=info, **opts)
     naive = oracle_grads(case, tolerance.naive_precision(impl.dtype), **opts)
     largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
-    scale = max(largest * condition(problem, sinks), info.get("cap_path", 0.0))  # GRAD-1, GRAD-5
-    judge_gradients(impl, clause, got, want, naive, scale,
-                    harness.reproducer(impl, "sdpa", case.spec))
-    return got
+    scale = max(largest * condition(problem, opts.get("sinks")), info.get("cap_path", 0.0))
+    return want, naive, scale
 
 
 def refused_d_lse(impl, error: Exception) -> bool:
@@ -170,12 +179,7 @@ def expect_d_lse_honoured_or_refused(impl, case) -> str:
     except (NotImplementedError, ValueError) as error:
         if refused_d_lse(impl, error):
             return "refused"
-    info: dict = {}
-    want = oracle_grads(case, "float64", d_lse=True, left_out=left_out, info=info)
-    naive = oracle_grads(case, tolerance.naive_precision(impl.dtype), d_lse=True,
-                         left_out=left_out)
-    largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
-    scale = max(largest * condition(problem), info.get("cap_path", 0.0))
+    want, naive, scale = references(impl, case, problem, d_lse=True, left_out=left_out)
     reproduce = harness.reproducer(impl, "sdpa", case.spec)
     try:
         judge_gradients(impl, "GRAD-11", got, want, naive, scale, reproduce)

@@ -66,11 +66,7 @@ def measure_cell(name: str, dtype: str, draws: list, run_dtype: str | None = Non
             got = vjp.run(runner, case, d_lse=d_lse, sinks=sinks)
         except (NotImplementedError, ValueError):
             continue
-        info: dict = {}
-        want = vjp.oracle_grads(case, "float64", d_lse=d_lse, sinks=sinks, info=info)
-        naive = vjp.oracle_grads(case, tolerance.naive_precision(dtype), d_lse=d_lse, sinks=sinks)
-        largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
-        scale = max(largest * vjp.condition(problem, sinks), info.get("cap_path", 0.0))
+        want, naive, scale = vjp.references(judged, case, problem, d_lse=d_lse, sinks=sinks)
         floor = tolerance.C * tolerance.UNIT_ROUNDOFF[dtype] * scale
         stats["cases"] += 1
         for key in want:
