@@ -54,6 +54,9 @@ NEEDS: dict[str, frozenset[str]] = {
     # states come from the backend's own attention)
     **{f"MERGE-{i}": frozenset({"merge"}) for i in range(1, 7)},
     **{f"PAGE-{i}": frozenset({"paged"}) for i in range(1, 5)},
+    # spec 1.4: 16-bit gradients (the dtypes are the cells), the lse cotangent honoured or refused
+    "GRAD-10": frozenset({"sdpa", "attention_vjp"}),
+    "GRAD-11": frozenset({"sdpa", "attention_vjp", "lse"}),
 }
 
 

@@ -410,6 +410,14 @@ SPACES.update({
 })
 # -- end of spec 1.4's spaces ----------------------------------------------------------------
 
+# -- spec 1.4: GRAD-10 the lengths (its dtypes are the cells), GRAD-11 rows emptied or not under an
+# lse cotangent (GRAD-8's)
+SPACES.update({
+    "GRAD-10": Space(LENGTHS, ops=OPS_SDPA),
+    "GRAD-11": Space(("op", "lengths", "empty_rows"), lambda s: {**_mask(s), "lse": True},
+                     ops=OPS_SDPA),
+})
+
 
 def fixed_fields(space: Space, shape) -> dict:
     """The fixed CaseSpec fields of ``space``'s cases on ``shape``."""

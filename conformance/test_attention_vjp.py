@@ -6,7 +6,9 @@ Axis legend: B batch, h query heads, g key/value heads, L_q / L_k lengths.
 One test per clause, each drawing the feature its clause names: the plain call with every mask
 (GRAD-3), grouped heads (GRAD-4), soft-capping (GRAD-5), each positional feature (GRAD-6), the
 ways a row or a key loses every partner (GRAD-7, with exact zeros), a cotangent on the lse
-(GRAD-8) and the bias's own gradient (GRAD-9).
+(GRAD-8) and the bias's own gradient (GRAD-9); spec 1.4: every feature at once in float16 and
+bfloat16 (GRAD-10; the other tests run in those dtypes too, judged by its rule) and a cotangent on
+the lse honoured or refused, never dropped (GRAD-11).
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from hypothesis import example, given
 from mhaspec.conformance import conditions, vjp
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
-pytestmark = [pytest.mark.requires("sdpa", "attention_vjp"),
-              pytest.mark.dtypes("float64", "float32")]
+pytestmark = [pytest.mark.requires("sdpa", "attention_vjp")]
 
 
 @pytest.mark.clause("GRAD-3")
@@ -108,3 +109,24 @@ def test_lse_cotangent_adds_dlse_times_p(cell, spec):
     lambda s: s.bias_shape is not None))
 def test_bias_gradient_sums_over_its_broadcast_axes(cell, spec):
     vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-9", bias_grad=True)
+
+
+#: the features a 16-bit backward pass meets at once (GRAD-10)
+FEATURES_16 = ("softcap", "window", "alibi", "gqa", "cache", "segments", "seq_lengths")
+
+
+@pytest.mark.clause("GRAD-10")
+@pytest.mark.dtypes("float16", "bfloat16")
+@conditions.cover("GRAD-10")
+@given(spec=feature_specs(allow=FEATURES_16, masks=True, bias=True, key_padding=True, causal=True,
+                          fully_masked=True, custom_scale=True))
+def test_16bit_gradient_agrees_under_the_reference_evaluation(cell, spec):
+    vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-10")
+
+
+@pytest.mark.clause("GRAD-11")
+@pytest.mark.requires("lse")
+@conditions.cover("GRAD-11")
+@given(spec=feature_specs(allow=("softcap", "gqa"), masks=True, fully_masked=True, causal=True))
+def test_lse_cotangent_is_honoured_or_refused_never_dropped(cell, spec):
+    vjp.expect_d_lse_honoured_or_refused(cell, cell.case(spec, "sdpa"))

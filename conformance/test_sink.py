@@ -5,8 +5,8 @@ Axis legend: B batch, h query heads, L_q / L_k lengths.
 The sinks (h,) come from the case's seed times a drawn scale (:func:`vjp.sinks_of`): 0, the size
 of the logits, and sinks that dominate every row or vanish next to it. Output, weights and lse are
 judged against ``oracle_vjp.attention_with_sinks`` (SINK-1, SINK-2), the gradient against
-``oracle_vjp.attention_vjp`` (SINK-3). The forward clauses and SINK-4 run in every dtype the
-backend claims; SINK-3 follows GRAD-1's rule, which is stated for float64 and float32 only.
+``oracle_vjp.attention_vjp`` (SINK-3). Every clause runs in every dtype the backend claims;
+SINK-3 follows GRAD-1's rule (GRAD-10's in float16 and bfloat16).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ def test_a_row_with_no_allowed_key_gives_zeros_and_the_sink_as_lse(cell, spec):
 
 @pytest.mark.clause("SINK-3")
 @pytest.mark.requires("attention_vjp")
-@pytest.mark.dtypes("float64", "float32")
 @conditions.cover("SINK-3", sink_scale=1.0)
 @given(spec=feature_specs(allow=("softcap", "gqa", "window"), masks=True, fully_masked=True,
                           causal=True), sink_scale=SINK_SCALES)
@@ -61,7 +60,6 @@ def test_the_gradient_with_respect_to_the_sinks(cell, spec, sink_scale):
 
 @pytest.mark.clause("SINK-3")
 @pytest.mark.requires("attention_vjp", "lse")
-@pytest.mark.dtypes("float64", "float32")
 @given(spec=feature_specs(masks=True, fully_masked=True), sink_scale=SINK_SCALES)
 def test_the_sink_gradient_with_an_lse_cotangent(cell, spec, sink_scale):
     case = cell.case(spec, "sdpa")

@@ -5,7 +5,8 @@ keys, L_K = L_past + L_k, d_v value width.
 
 The cotangents are fixed random data from the case's seed: d_output (B, h, L_q, d_v) and, for
 GRAD-8, d_lse (B, h, L_q). The oracle is ``spec/oracle_vjp.py`` in float64; the reference error is
-that of the same analytic steps in the candidate's dtype (float32's, scaled, for float64); one
+that of the same analytic steps in the candidate's dtype (float32's, scaled, for float64; in
+float16 and bfloat16 GRAD-10's reference evaluation, rounded where kernels round); one
 scale for every gradient of a call: the largest oracle gradient times the condition factor
 max(1, max |S|) over the allowed logits and the sinks (GRAD-1). :func:`judge_gradients` is the
 loop both gradient chapters use (``test_grad`` for ``mha_vjp``).
@@ -19,7 +20,7 @@ import numpy as np
 
 from mhaspec.spec import oracle, oracle_vjp
 
-from . import harness
+from . import harness, tolerance
 
 #: oracle_vjp.AttentionVJP field -> the key of a backend's result
 NAMES = {"dq": "q", "dk": "k", "dv": "v", "d_sinks": "sinks", "d_bias": "bias",
@@ -137,14 +138,64 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks,
                 left_out=rows_left_to_mask9(impl, problem))
     got = run(impl, case, **opts)
-    info: dict = {}
-    want = oracle_grads(case, "float64", info=info, **opts)
-    naive = oracle_grads(case, "float32", **opts)
-    largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
-    scale = max(largest * condition(problem, sinks), info.get("cap_path", 0.0))  # GRAD-1, GRAD-5
+    want, naive, scale = references(impl, case, problem, **opts)
     judge_gradients(impl, clause, got, want, naive, scale,
                     harness.reproducer(impl, "sdpa", case.spec))
     return got
+
+
+def references(impl, case, problem: oracle.AttentionProblem, **opts):
+    """What a call's gradients are judged against: the oracle's (float64), the reference
+    evaluation's in the cell's dtype and GRAD-1's scale (the largest oracle gradient times the
+    condition factor, at least GRAD-5's path through a soft-cap's derivative); ``opts`` as
+    :func:`oracle_grads` takes them."""
+    info: dict = {}
+    want = oracle_grads(case, "float64", info=info, **opts)
+    naive = oracle_grads(case, tolerance.naive_precision(impl.dtype), **opts)
+    largest = max(float(np.max(np.abs(g), initial=0.0)) for g in want.values())
+    scale = max(largest * condition(problem, opts.get("sinks")), info.get("cap_path", 0.0))
+    return want, naive, scale
+
+
+def refused_d_lse(impl, error: Exception) -> bool:
+    """GRAD-11: is ``error``, raised by a call with a non-zero ``d_lse``, a refusal of the
+    cotangent (``NotImplementedError``, or ``ValueError`` naming ``d_lse``)? Any other error
+    fails the clause, with its message."""
+    if isinstance(error, NotImplementedError) or (isinstance(error, ValueError)
+                                                  and "d_lse" in str(error)):
+        return True
+    raise AssertionError(f"[GRAD-11] {impl.id}: a non-zero d_lse raised {type(error).__name__}: "
+                         f"{error}; a refusal is NotImplementedError or a ValueError naming "
+                         f"d_lse") from error
+
+
+def expect_d_lse_honoured_or_refused(impl, case) -> str:
+    """GRAD-11 on ``case``: the call with a non-zero ``d_lse`` either raises a refusal
+    (:func:`refused_d_lse`) or its gradients agree with the oracle's with ``d_lse`` (GRAD-1's
+    rule, as :func:`expect_gradients`); gradients that agree with the oracle's *without* it fail
+    with a message saying the cotangent was dropped. Returns "refused" or "honoured"."""
+    problem = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
+    left_out = rows_left_to_mask9(impl, problem)
+    try:
+        got = run(impl, case, d_lse=True, left_out=left_out)
+    except (NotImplementedError, ValueError) as error:
+        if refused_d_lse(impl, error):
+            return "refused"
+    want, naive, scale = references(impl, case, problem, d_lse=True, left_out=left_out)
+    reproduce = harness.reproducer(impl, "sdpa", case.spec)
+    try:
+        judge_gradients(impl, "GRAD-11", got, want, naive, scale, reproduce)
+    except AssertionError as wrong:
+        without = oracle_grads(case, "float64", left_out=left_out)
+        dropped = all(tolerance.judge(got[n], without[n], naive[n], dtype=impl.dtype,
+                                      scale=scale).ok for n in without)
+        if dropped:
+            raise AssertionError(
+                f"[GRAD-11] {impl.backend.name} ({impl.device}, {impl.dtype}): the cotangent d_lse "
+                f"is silently dropped: the gradients are those of the call without it. Honour it "
+                f"(GRAD-8) or raise NotImplementedError for a non-zero d_lse.\n{wrong}") from None
+        raise
+    return "honoured"
 
 
 def dead_rows(case) -> dict[str, np.ndarray]:

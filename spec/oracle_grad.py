@@ -22,6 +22,11 @@ and ``value`` are separate arguments: for self-attention the total derivative is
 Like :mod:`mhaspec.spec.oracle` this module shares no code with any backend; it takes the mask
 helpers of the oracle. It loops over batch items and heads. ``precision="float32"`` runs the same
 steps in float32: the tolerance rule for gradients (GRAD-1) measures that error, as NUM-3 does.
+``"float16"`` and ``"bfloat16"`` (GRAD-10, spec 1.4) hold the inputs, the parameters and the
+cotangent in the dtype and accumulate every product in float32, rounding to the dtype where
+kernels round (as :mod:`mhaspec.spec.oracle_vjp` does for attention): each projection, the logits,
+P and the output; dP and rowsum(dP * P) stay in float32, dS is rounded before the dQ/dK products,
+and the gradients are summed in float32 over heads and batch items and rounded once at the end.
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ import math
 
 import numpy as np
 
-from .oracle import LEGACY_MASK_VALUE, Params, _head_slice, allowed_mask
+from .oracle import LEGACY_MASK_VALUE, Params, _head_slice, allowed_mask, rounding
 
 GRAD_NAMES = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
-_DTYPES = {"float64": np.float64, "float32": np.float32}
+#: the precisions of :func:`mha_vjp` (module docstring)
+PRECISIONS = ("float64", "float32", "float16", "bfloat16")
 
 
 def _softmax(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
@@ -65,14 +71,17 @@ def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
 
     query (B, L_q, d_model), key (B, L_k, k_dim), value (B, L_k, v_dim), cotangent (B, L_q, d_out)
     -> (output (B, L_q, d_out), {name: gradient} for the names of :data:`GRAD_NAMES` whose
-    argument is present; an absent bias has no entry). ``precision`` is "float64" or "float32".
+    argument is present; an absent bias has no entry). ``precision``: one of :data:`PRECISIONS`.
     ``info``, when given, receives ``"max_abs_logit"``: the largest ``|s q.k + bias|`` over the
     allowed pairs of every head (the legacy mask's offset left out), the condition factor of GRAD-1.
     """
-    dt = _DTYPES[precision]
-    x_in = {"query": np.asarray(query, dt), "key": np.asarray(key, dt), "value": np.asarray(value, dt)}
-    p = {n: None if t is None else np.asarray(t, dt) for n, t in params._asdict().items()}
-    g_out = np.asarray(cotangent, dt)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: must be one of {list(PRECISIONS)}, got {precision!r}")
+    dt, rnd = rounding(precision)
+    x_in = {n: rnd(np.asarray(x, dt)) for n, x in (("query", query), ("key", key),
+                                                    ("value", value))}
+    p = {n: None if t is None else rnd(np.asarray(t, dt)) for n, t in params._asdict().items()}
+    g_out = rnd(np.asarray(cotangent, dt))
     h = num_heads
     g = h if num_kv_heads is None else num_kv_heads
     group = h // g
@@ -89,8 +98,8 @@ def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
     grads.update({n: np.zeros_like(t) for n, t in p.items() if t is not None})
 
     def project(x, w, bvec, cols):
-        y = x @ w[:, cols]
-        return y if bvec is None else y + bvec[cols]
+        y = rnd(x @ w[:, cols])
+        return y if bvec is None else rnd(y + bvec[cols])
 
     def back_project(name_x, name_w, name_b, x, dy, cols):
         grads[name_w][:, cols] += x.T @ dy
@@ -102,7 +111,7 @@ def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
     max_abs_logit = 0.0
     for bi in range(b_n):
         xq, xk, xv = x_in["query"][bi], x_in["key"][bi], x_in["value"][bi]
-        d_concat = g_out[bi] @ p["w_o"].T  # (L_q, h*d_v)
+        d_concat = rnd(g_out[bi] @ p["w_o"].T)  # (L_q, h*d_v)
         for i in range(h):
             j = i // group
             qc = slice(i * d_k, (i + 1) * d_k)
@@ -112,28 +121,28 @@ def mha_vjp(query, key, value, params: Params, cotangent, *, num_heads: int,
             q_i = project(xq, p["w_q"], p["b_q"], qc)
             k_i = project(xk, p["w_k"], p["b_k"], kc)
             v_i = project(xv, p["w_v"], p["b_v"], vc)
-            logits = (q_i @ k_i.T) * s
-            logits = logits + _additive(bias, bi, i, (l_q, l_k), dt)
+            logits = rnd(rnd(q_i @ k_i.T) * s)
+            logits = rnd(logits + _additive(bias, bi, i, (l_q, l_k), dt))
             live = allowed[bi, i] & np.isfinite(logits)
             max_abs_logit = max(max_abs_logit, float(np.max(np.abs(logits[live]), initial=0.0)))
-            logits = logits + _additive(legacy, bi, i, (l_q, l_k), dt)
-            probs = _softmax(logits, allowed[bi, i])
-            concat[bi, :, oc] = probs @ v_i
+            logits = rnd(logits + _additive(legacy, bi, i, (l_q, l_k), dt))
+            probs = rnd(_softmax(logits, allowed[bi, i]))
+            concat[bi, :, oc] = rnd(probs @ v_i)
             d_o = d_concat[:, oc]
-            d_v_i = probs.T @ d_o
+            d_v_i = rnd(probs.T @ d_o)
             d_p = d_o @ v_i.T
-            d_s = probs * (d_p - np.sum(d_p * probs, axis=1, keepdims=True))
-            d_q_i = (d_s @ k_i) * s
-            d_k_i = (d_s.T @ q_i) * s
+            d_s = rnd(probs * (d_p - np.sum(d_p * probs, axis=1, keepdims=True)))
+            d_q_i = rnd((d_s @ k_i) * s)
+            d_k_i = rnd((d_s.T @ q_i) * s)
             back_project("query", "w_q", "b_q", xq, d_q_i, qc)
             back_project("key", "w_k", "b_k", xk, d_k_i, kc)
             back_project("value", "w_v", "b_v", xv, d_v_i, vc)
-    out = concat @ p["w_o"]
+    out = rnd(concat @ p["w_o"])
     if p["b_o"] is not None:
-        out = out + p["b_o"]
+        out = rnd(out + p["b_o"])
     grads["w_o"] = np.einsum("blc,blo->co", concat, g_out)
     if p["b_o"] is not None:
         grads["b_o"] = g_out.sum(axis=(0, 1))
     if info is not None:
         info["max_abs_logit"] = max_abs_logit
-    return out, grads
+    return out, {n: rnd(g) for n, g in grads.items()}

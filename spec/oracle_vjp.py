@@ -42,6 +42,15 @@ over batch items and heads. ``precision="float32"`` runs the same steps in float
 the naive backward in that dtype, as GRAD-1 measures it); the forward pass also runs in
 ``"float16"`` and ``"bfloat16"``, float32 arithmetic rounded to the dtype after every step as in
 :mod:`mhaspec.spec.oracle` (the naive algorithm of NUM-3 in those dtypes, SINK-1).
+
+**The backward pass in float16 and bfloat16 (GRAD-10, spec 1.4)** is the reference evaluation of
+the same analytic gradient that backward kernels perform: inputs and cotangents in the dtype, every
+product accumulated in float32, and a rounding to the dtype exactly where the kernels round::
+
+    P      the forward pass's weights, rounded (before the dV and the dQ/dK products)
+    dP, D  float32 (D = rowsum(dO * O) with O the rounded output; never rounded)
+    dX     float32, rounded once before the dQ/dK products
+    dQ, dK, dV, d sigma, d bias   accumulated in float32 (over a group too), rounded once at the end
 """
 
 from __future__ import annotations
@@ -52,10 +61,10 @@ import numpy as np
 
 from . import oracle
 
-#: the precisions of :func:`attention_with_sinks` and of :func:`attention_vjp` (GRAD-1's rule is
-#: stated for float64 and float32 only)
+#: the precisions of :func:`attention_with_sinks` and of :func:`attention_vjp` (the 16-bit ones:
+#: GRAD-10's reference evaluation, module docstring)
 FORWARD_PRECISIONS = ("float64", "float32", "float16", "bfloat16")
-GRADIENT_PRECISIONS = ("float64", "float32")
+GRADIENT_PRECISIONS = FORWARD_PRECISIONS
 
 
 class _HeadState(NamedTuple):
@@ -206,7 +215,9 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
     q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), d_output (B, h, L_q, d_v), d_lse
     (B, h, L_q) or None (zero), sinks (h,) or None -> :class:`AttentionVJP`. ``bias_grad`` asks for
     the gradient of ``kwargs["bias"]``. ``kwargs`` are those of :func:`oracle.attention_result`;
-    every one of them but ``bias`` is a constant. ``precision`` is "float64" or "float32".
+    every one of them but ``bias`` is a constant. ``precision``: one of
+    :data:`GRADIENT_PRECISIONS` (float16 and bfloat16: GRAD-10's reference evaluation, float32
+    accumulation rounded where kernels round, module docstring).
     With soft-capping, a dict ``info`` receives ``"cap_path"``: the largest entry of
     s |dS| |K| and s |dS|^T |Q| (the latter summed over each group), the size of what passes through
     the factor 1 - tanh^2, whose own rounding error is absolute (GRAD-5).
@@ -214,8 +225,8 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
     problem, sinks, rnd = _problem(q, k, v, sinks, precision, kwargs, GRADIENT_PRECISIONS)
     dt = problem.q.dtype.type
     b, h, l_q, _ = problem.q.shape
-    d_out = _check_array(d_output, "d_output", (b, h, l_q, problem.v.shape[3]), dt)
-    d_lse = None if d_lse is None else _check_array(d_lse, "d_lse", (b, h, l_q), dt)
+    d_out = rnd(_check_array(d_output, "d_output", (b, h, l_q, problem.v.shape[3]), dt))
+    d_lse = None if d_lse is None else rnd(_check_array(d_lse, "d_lse", (b, h, l_q), dt))
     if bias_grad and kwargs.get("bias") is None:
         raise ValueError("bias_grad: asks for the gradient of a bias, but no bias is given")
     dq = np.zeros_like(problem.q)
@@ -235,7 +246,7 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
             d_sinks[hi] += np.sum(state.sink_probs * row)
         if d_scores is not None:
             d_scores[bi, hi] = d_s
-        d_x = d_s if state.tanh is None else d_s * (1 - state.tanh ** 2)
+        d_x = rnd(d_s if state.tanh is None else d_s * (1 - state.tanh ** 2))  # GRAD-10
         if state.tanh is not None and info is not None:
             cap_q[bi, hi] = (np.abs(d_s) @ np.abs(problem.k[bi, kv])) * dt(problem.scale)
             cap_k[bi, kv] += (np.abs(d_s).T @ np.abs(problem.q[bi, hi])) * dt(problem.scale)
@@ -243,7 +254,9 @@ def attention_vjp(q, k, v, d_output, *, d_lse=None, sinks=None, bias_grad: bool 
         dk_all[bi, kv] += (d_x.T @ problem.q[bi, hi]) * dt(problem.scale)
     if problem.softcap is not None and info is not None:
         info["cap_path"] = float(max(np.max(cap_q, initial=0.0), np.max(cap_k, initial=0.0)))
-    d_bias = None if d_scores is None else _sum_to_shape(d_scores, np.shape(kwargs["bias"]))
+    d_bias = None if d_scores is None else rnd(_sum_to_shape(d_scores, np.shape(kwargs["bias"])))
+    dq, dk_all, dv_all = rnd(dq), rnd(dk_all), rnd(dv_all)  # rounded once (GRAD-10)
+    d_sinks = None if d_sinks is None else rnd(d_sinks)
     if problem.past_lengths is None:
         return AttentionVJP(dq, dk_all, dv_all, d_sinks, d_bias, None, None)
     l_past, l_k = np.shape(kwargs["past_key"])[2], np.shape(k)[2]

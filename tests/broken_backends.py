@@ -939,6 +939,17 @@ class LseCotangentIgnored(_BrokenBackward):
         return super()._vjp(q, k, v, d_output, **{**kwargs, "d_lse": None})
 
 
+class LseCotangentRefused(_BrokenBackward):
+    """A non-zero d_lse raises NotImplementedError (as Pallas splash attention does): no GRAD-8
+    gradient, but GRAD-11 conforms (declared_backends declares GRAD-8)."""
+
+    def _vjp(self, q, k, v, d_output, **kwargs):
+        d_lse = kwargs.get("d_lse")
+        if d_lse is not None and np.any(np.asarray(d_lse) != 0):
+            raise NotImplementedError("d_lse: a cotangent on the log-sum-exp is not supported")
+        return super()._vjp(q, k, v, d_output, **kwargs)
+
+
 class SinkAddedToEveryLogit(OracleBackend):
     """The sink is added to each logit (the numerator) instead of joining the denominator: the
     softmax ignores it and the lse is shifted by it."""
@@ -978,7 +989,7 @@ EXPECTED.update({
     "WINDOW_WIDER_IN_THE_BACKWARD": ("broken-window-backward-off-by-one", {"GRAD-6"}),
     "GRADIENT_INTO_PADDED_KEYS": ("broken-grad-into-padded-keys", {"GRAD-7"}),
     "DELTA_IN_HALF_PRECISION": ("broken-delta-float16", {"GRAD-3"}),
-    "LSE_COTANGENT_IGNORED": ("broken-dlse-ignored", {"GRAD-8"}),
+    "LSE_COTANGENT_IGNORED": ("broken-dlse-ignored", {"GRAD-8", "GRAD-11"}),
     "SINK_ADDED_TO_EVERY_LOGIT": ("broken-sink-in-numerator", {"SINK-1"}),
     "SINK_LEFT_OUT_OF_THE_LSE": ("broken-sink-not-in-lse", {"SINK-1"}),
 })

@@ -21,5 +21,10 @@ WINDOW_OFF_BY_ONE_DECLARED = _declaring(
 ALIBI_SIGN_FLIPPED_DECLARED = _declaring(
     broken.AlibiSignFlipped("declared-alibi-sign"), ("ALIBI-1", "ALIBI-2"),
     "ALiBi adds +m|i - j|")
+#: GRAD-11 allows refusing a non-zero d_lse; the refusal is a deviation from GRAD-8
+LSE_COTANGENT_REFUSED_DECLARED = _declaring(
+    broken.LseCotangentRefused("declared-dlse-refused"), ("GRAD-8",),
+    "a non-zero d_lse raises NotImplementedError (GRAD-11's refusal)")
 #: backend name -> the clauses it declares
-DECLARED = {"declared-window-off-by-one": {"WIN-1"}, "declared-alibi-sign": {"ALIBI-1", "ALIBI-2"}}
+DECLARED = {"declared-window-off-by-one": {"WIN-1"}, "declared-alibi-sign": {"ALIBI-1", "ALIBI-2"},
+            "declared-dlse-refused": {"GRAD-8"}}

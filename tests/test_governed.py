@@ -28,7 +28,8 @@ CHAPTERS = ("test_window or test_alibi or test_gqa_sdpa or test_lse or test_soft
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> list[dict]:
     refs = [f"declared_backends:{attr}" for attr in
-            ("WINDOW_OFF_BY_ONE_DECLARED", "ALIBI_SIGN_FLIPPED_DECLARED")]
+            ("WINDOW_OFF_BY_ONE_DECLARED", "ALIBI_SIGN_FLIPPED_DECLARED",
+             "LSE_COTANGENT_REFUSED_DECLARED")]
     return run_suite(tmp_path_factory.mktemp("governed"), refs, "-k", CHAPTERS,
                      "--mhaspec-partial")
 

@@ -346,13 +346,54 @@ def test_float32_precision_is_close_but_not_exact():
             assert 0 < err < 1e-5
 
 
+@pytest.mark.parametrize("precision, bits", [("float16", 11), ("bfloat16", 8)])
+def test_16bit_backward_rounds_where_kernels_round(precision, bits):
+    """GRAD-10's reference evaluation: every gradient is a value of the dtype, its error against
+    float64 is of the dtype's size (well above float32's) and close to the float32 evaluation of
+    the same inputs."""
+    arrays, const, d_out, d_lse = _build("sinks, soft-cap, window, ALiBi, bias")
+    _, rnd = oracle.rounding(precision)
+    g64 = _vjp(arrays, const, d_out, d_lse)
+    g16 = _vjp(arrays, const, d_out, d_lse, precision=precision)
+    g32 = _vjp(arrays, const, d_out, d_lse, precision="float32")
+    for a, b, c in zip(g64, g16, g32):
+        if a is None:
+            continue
+        np.testing.assert_array_equal(b, rnd(b))  # held in float32, values of the dtype
+        scale = max(1.0, np.max(np.abs(a)))
+        err16, err32 = np.max(np.abs(b - a)) / scale, np.max(np.abs(c - a)) / scale
+        assert err32 < err16 < 64 * 2.0 ** -bits, (err16, err32)
+
+
+def test_16bit_mha_gradient_rounds_to_the_dtype():
+    """oracle_grad's float16 / bfloat16 evaluation (GRAD-10 for mha_vjp): dtype values, errors of
+    the dtype's size."""
+    from mhaspec.spec.oracle_grad import mha_vjp
+    rng = np.random.default_rng(3)
+    params = oracle.Params(*(rng.standard_normal(s) * 0.3 for s in ((8, 8), (8, 8), (8, 8),
+                                                                     (8, 8))),
+                           *(rng.standard_normal(8) * 0.1 for _ in range(4)))
+    x = rng.standard_normal((2, 5, 8))
+    cot = rng.standard_normal((2, 5, 8))
+    _, g64 = mha_vjp(x, x, x, params, cot, num_heads=2)
+    for precision, bits in (("float16", 11), ("bfloat16", 8)):
+        _, rnd = oracle.rounding(precision)
+        _, g16 = mha_vjp(x, x, x, params, cot, num_heads=2, precision=precision)
+        for name, a in g64.items():
+            np.testing.assert_array_equal(g16[name], rnd(g16[name]))
+            err = np.max(np.abs(g16[name] - a)) / max(1.0, np.max(np.abs(a)))
+            assert 0 < err < 64 * 2.0 ** -bits, (precision, name, err)
+    with pytest.raises(ValueError, match="^precision: "):
+        mha_vjp(x, x, x, params, cot, num_heads=2, precision="float8")
+
+
 @pytest.mark.parametrize("kw, argument", [
     ({"sinks": np.zeros(3)}, "sinks"),
     ({"sinks": np.array([0.0, np.inf, 0.0, 0.0])}, "sinks"),
     ({"sinks": np.zeros(4, dtype=bool)}, "sinks"),
     ({"d_lse": np.zeros((2, 4))}, "d_lse"),
     ({"bias_grad": True}, "bias_grad"),
-    ({"precision": "float16"}, "precision"),
+    ({"precision": "float8"}, "precision"),
 ])
 def test_invalid_arguments_raise_value_error_naming_them(kw, argument):
     arrays = _qkv(1)
