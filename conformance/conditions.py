@@ -85,6 +85,28 @@ CAPS = {"tiny": 1e-3, "moderate": 5.0, "huge": 1e6}
 #: window sides (left, right) that reach the bugs: one side each, both, an unbounded side
 WINDOWS = {"(1, 0)": (1, 0), "(0, 2)": (0, 2), "(3, 1)": (3, 1), "(None, 0)": (None, 0)}
 
+#: the axes of (B, h, L_q, L_k) a bias broadcasts over (size 1 or absent), by name: "none" is the
+#: full shape; the last drops the leading axes (a bias of shape (1, L_k))
+BIAS_BROADCASTS = ("none", "batch", "heads", "queries", "batch+heads", "batch+heads+queries")
+
+
+def bias_shape_of(broadcast: str, full: tuple[int, int, int, int]) -> tuple[int, ...]:
+    """The bias shape of :data:`BIAS_BROADCASTS` value ``broadcast`` for ``full`` (B, h, L_q, L_k)."""
+    axes = set(broadcast.split("+")) - {"none"}
+    shape = tuple(1 if name in axes else n
+                  for name, n in zip(("batch", "heads", "queries"), full[:3])) + (full[3],)
+    return shape[2:] if broadcast == "batch+heads+queries" else shape
+
+
+def bias_broadcast_of(bias_shape, full: tuple[int, int, int, int]) -> str:
+    """The :data:`BIAS_BROADCASTS` value of ``bias_shape`` on ``full`` ("other" when none fits;
+    an axis of size 1 in ``full`` counts as not broadcast)."""
+    padded = (1,) * (4 - len(bias_shape)) + tuple(bias_shape)
+    axes = [name for name, n, f in zip(("batch", "heads", "queries"), padded, full) if n == 1 != f]
+    name = "+".join(axes) or "none"
+    return name if name in BIAS_BROADCASTS else "other"
+
+
 #: dimension -> its values (a space may narrow them, :attr:`Space.values`)
 DIMENSIONS: dict[str, tuple[str, ...]] = {
     "op": ("sdpa", "mha"),
@@ -109,18 +131,20 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "shared": ("self", "key=value", "query=key"),
     "step": ("1", "2", "3"),  # tokens per call when decoding through a cache (CACHE-3)
     "argument": (),  # the invalid argument (ERR): each clause's own values
+    "bias_broadcast": BIAS_BROADCASTS,  # the axes a bias broadcasts over (GRAD-9, spec 1.4)
 }
 #: dimensions a case does not show: the test records them with the case (harness.note)
 RECORDED = ("step", "argument")
 
 #: (dimension, value) -> the capability a case with it needs (others: the clause's own)
 NEEDS = {("op", "sdpa"): "sdpa", ("op", "mha"): "mha", ("op", "heads"): "heads",
-         ("op", "vjp"): "grad",
+         ("op", "vjp"): "grad", ("op", "attention_vjp"): "attention_vjp",
          ("empty_by", "mask"): "masks", ("empty_by", "key_padding"): "masks",
          ("empty_by", "causal_bottom_right"): "causal", ("empty_by", "window"): "window",
          ("empty_by", "segments"): "segments", ("empty_by", "seq_lengths"): "segments",
          ("empty_by", "minus_inf_bias"): "bias", ("bias", "finite"): "bias",
-         ("masked_by", "mask"): "masks", ("masked_by", "empty_row"): "masks"}
+         ("masked_by", "mask"): "masks", ("masked_by", "empty_row"): "masks",
+         ("group", "1<g<h"): "gqa", ("group", "g=1"): "gqa"}
 
 
 def _empties_a_row(row: Mapping[str, str]) -> bool:
@@ -268,7 +292,7 @@ SPACES: dict[str, Space] = {
     "GRAD-1": Space(LENGTHS, ops=OPS_MHA),
     "GRAD-2": Space(LENGTHS, lambda s: {**_mask(s), "fully_masked_rows": True}, ops=OPS_MHA),
     "INPUT-1": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True},
-                     ops=("heads", "sdpa", "mha", "vjp")),
+                     ops=("heads", "sdpa", "mha", "vjp", "attention_vjp")),
     "GQA-1": Space(("op", "lengths", "group"), {"key_padding": True}, ops=OPS_SDPA),
     "GQA-2": Space(LENGTHS, ops=OPS_SDPA),
     "SOFTCAP-1": Space(("op", "lengths", "masked_by", "cap")),
@@ -299,8 +323,10 @@ SPACES: dict[str, Space] = {
 # clause's space is that of the 1.2 clause whose feature it differentiates: GRAD-3 the masked call
 # (SDPA-4's), GRAD-4 the group sizes (GQA-1's), GRAD-5 what a soft-cap meets (SOFTCAP-1's), GRAD-6
 # the window's sides in each alignment (WIN-1's), GRAD-8 rows emptied or not under an lse
-# cotangent (LSE-1's), GRAD-9 a full bias (MASK-2's); SINK-1 and SINK-3 each ordering of the
-# lengths, SINK-4 each invalid ``sinks``.
+# cotangent (LSE-1's), GRAD-9 a bias of each broadcast shape (spec 1.4: over batch, heads and
+# queries, each and together, on B, h, L_q > 1, so d_bias must be a sum over those axes); SINK-1 and SINK-3 each ordering of the
+# lengths x each group size (spec 1.4: a sink is the query head's, so grouped heads meet
+# distinct non-zero sinks: the covering rows run sink scale 1), SINK-4 each invalid ``sinks``.
 SPACES.update({
     "GRAD-3": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True}, ops=OPS_SDPA),
     "GRAD-4": Space(("op", "lengths", "group"), {"key_padding": True}, ops=OPS_SDPA),
@@ -308,9 +334,12 @@ SPACES.update({
     "GRAD-6": Space(("op", "lengths", "alignment", "window"), ops=OPS_SDPA),
     "GRAD-8": Space(("op", "lengths", "empty_rows"), lambda s: {**_mask(s), "lse": True},
                     ops=OPS_SDPA),
-    "GRAD-9": Space(LENGTHS, lambda s: {"bias_shape": _full(s)}, ops=OPS_SDPA),
-    "SINK-1": Space(LENGTHS, {"lse": True}, ops=OPS_SDPA),
-    "SINK-3": Space(LENGTHS, ops=OPS_SDPA),
+    "GRAD-9": Space(("op", "lengths", "bias_broadcast"), ops=OPS_SDPA,
+                    possible=lambda r: "queries" not in r["bias_broadcast"]
+                    or r["lengths"] != "decode",  # one query: nothing to broadcast over
+                    shape=lambda s: s._replace(batch=max(2, s.batch), heads=max(2, s.heads))),
+    "SINK-1": Space(("op", "lengths", "group"), {"lse": True}, ops=OPS_SDPA),
+    "SINK-3": Space(("op", "lengths", "group"), ops=OPS_SDPA),
     "SINK-4": Space(LENGTHS, ops=OPS_SDPA),
 })
 # the condition spaces of GRAD-7 and SINK-2
@@ -450,6 +479,8 @@ def _feature_fields(row: Mapping[str, str], shape) -> dict:
         kw.update(mask_shape=full, fully_masked_rows=True)
     if "cap" in row:
         kw["softcap"] = CAPS[row["cap"]]
+    if "bias_broadcast" in row:
+        kw["bias_shape"] = bias_shape_of(row["bias_broadcast"], full)
     if "window" in row:
         kw.update(window=WINDOWS[row["window"]], alignment=row.get("alignment", "bottom_right"))
     if "segments" in row:
@@ -641,6 +672,9 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...],
     :data:`RECORDED` dimensions the test noted with it ("none" when not)."""
     base = {"op": op, "lengths": order_of(spec.len_q, features.key_length(spec)),
             "bias": "none" if spec.bias_shape is None else "finite",
+            "bias_broadcast": "absent" if spec.bias_shape is None
+            else bias_broadcast_of(spec.bias_shape, (spec.batch, spec.heads, spec.len_q,
+                                                     features.key_length(spec))),
             "alignment": spec.alignment or spec.causal
             or ("bottom_right" if spec.past_len is not None else "none"),
             "causal": spec.causal or "none",

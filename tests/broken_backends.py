@@ -982,3 +982,75 @@ EXPECTED.update({
     "SINK_ADDED_TO_EVERY_LOGIT": ("broken-sink-in-numerator", {"SINK-1"}),
     "SINK_LEFT_OUT_OF_THE_LSE": ("broken-sink-not-in-lse", {"SINK-1"}),
 })
+
+
+# -- spec 1.4: holes of 1.3's suite (issue "certify the backward pass as kernels ship it", 5a-c, f) -
+# Each derives from the oracle-backed reference backend: one mistake, every other clause exact.
+
+class QueryScaledInPlaceInTheBackward(OracleBackend):
+    """attention_vjp folds the scale into q in place (``q *= scale``, as kernels that pre-scale
+    the queries do) after computing right gradients: the caller's q is scaled (INPUT-1)."""
+
+    def attention_vjp(self, q, k, v, d_output, **kwargs) -> dict:
+        grads = super().attention_vjp(q, k, v, d_output, **kwargs)
+        scale = kwargs.get("scale")
+        np.multiply(q, 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale, out=q)
+        return grads
+
+
+def _sinks_by_kv_head(sinks, q, k):
+    """sinks (h,) read at each query head's key/value head index (i // (h/g)) instead of at i."""
+    if sinks is None or np.ndim(sinks) != 1 or np.ndim(q) != 4 or np.ndim(k) != 4:
+        return sinks
+    h, g = q.shape[1], k.shape[1]
+    if not (0 < g <= h and h % g == 0 and len(sinks) == h):
+        return sinks  # left for validation to reject (SINK-4, GQA-2)
+    return np.asarray(sinks)[np.arange(h) // (h // g)]
+
+
+class SinkIndexedByKvHead(OracleBackend):
+    """Reads each query head's sink at its key/value head's index (sinks[i // (h/g)]): right
+    without grouped heads, wrong for every head of a group but the first with them."""
+
+    def _attention(self, q, k, v, **kwargs):
+        if kwargs.get("sinks") is not None:
+            kwargs = {**kwargs, "sinks": _sinks_by_kv_head(kwargs["sinks"], q, k)}
+        return super()._attention(q, k, v, **kwargs)
+
+    def _vjp(self, q, k, v, d_output, **kwargs):
+        if kwargs.get("sinks") is not None:
+            kwargs = {**kwargs, "sinks": _sinks_by_kv_head(kwargs["sinks"], q, k)}
+        return super()._vjp(q, k, v, d_output, **kwargs)
+
+
+class BiasGradientNotReduced(OracleBackend):
+    """d_bias of a broadcast bias is the full-shape gradient's first entry along each broadcast
+    axis (a kernel writing d_bias per (batch, head, query) into a buffer of the bias's shape:
+    the last write wins) instead of its sum over those axes (GRAD-9)."""
+
+    def _vjp(self, q, k, v, d_output, **kwargs):
+        bias = kwargs.get("bias")
+        if not kwargs.get("bias_grad") or bias is None:
+            return super()._vjp(q, k, v, d_output, **kwargs)
+        shape = np.shape(bias)
+        full = (q.shape[0], q.shape[1], q.shape[2], shape[-1])
+        res = super()._vjp(q, k, v, d_output, **{**kwargs, "bias": np.broadcast_to(bias, full)})
+        d = res.d_bias
+        pad = (1,) * (4 - len(shape)) + tuple(shape)
+        for axis, n in enumerate(pad):
+            if n == 1 and d.shape[axis] != 1:
+                d = d[(slice(None),) * axis + (slice(0, 1),)]
+        return res._replace(d_bias=d.reshape(shape))
+
+
+QUERY_SCALED_IN_PLACE_IN_THE_BACKWARD = QueryScaledInPlaceInTheBackward(
+    "broken-vjp-scales-q-in-place")
+SINK_INDEXED_BY_KV_HEAD = SinkIndexedByKvHead("broken-sink-by-kv-head")
+BIAS_GRADIENT_NOT_REDUCED = BiasGradientNotReduced("broken-d-bias-not-reduced")
+
+#: attribute -> (backend name, clauses it must fail) under the ci profile (spec 1.4's holes)
+HOLES_OF_1_3 = {
+    "QUERY_SCALED_IN_PLACE_IN_THE_BACKWARD": ("broken-vjp-scales-q-in-place", {"INPUT-1"}),
+    "SINK_INDEXED_BY_KV_HEAD": ("broken-sink-by-kv-head", {"SINK-1", "SINK-3"}),
+    "BIAS_GRADIENT_NOT_REDUCED": ("broken-d-bias-not-reduced", {"GRAD-9"}),
+}
