@@ -50,6 +50,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "GRAD-9": frozenset({"sdpa", "attention_vjp", "bias", "bias_grad"}),
     **{f"SINK-{i}": frozenset({"sdpa", "sink"}) for i in (1, 2, 4)},
     "SINK-3": frozenset({"sdpa", "sink", "attention_vjp"}),
+    "DET-1": frozenset({"deterministic"}),  # spec 1.4
 }
 
 

@@ -353,6 +353,9 @@ SPACES.update({
     "SINK-2": Space(("empty_by", "lengths"), {}, _empties_a_row),
 })
 # -- end of spec 1.3's spaces ----------------------------------------------------------------
+# spec 1.4: DET-1 (determinism) in each operation it names, each ordering of the lengths
+SPACES["DET-1"] = Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True},
+                        ops=("sdpa", "mha", "attention_vjp", "vjp"))
 
 
 def fixed_fields(space: Space, shape) -> dict:

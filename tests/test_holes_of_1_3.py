@@ -19,7 +19,7 @@ from mhaspec import runner
 from suite_runner import HERE
 
 #: the chapters whose tests the holes' clauses run in
-CHAPTERS = "test_inputs or test_sink or test_attention_vjp"
+CHAPTERS = "test_inputs or test_sink or test_attention_vjp or test_determinism"
 CLEAN = "oracle_backend:ORACLE_REFERENCE"
 
 
