@@ -44,15 +44,16 @@ CAPABILITIES = frozenset({
     "attention_vjp",  # attention_vjp: gradients of scaled dot-product attention (GRAD-3..8)
     "bias_grad",      # attention_vjp(bias_grad=True): the gradient of the bias too (GRAD-9)
     "sink",           # sinks (h,): one logit per head in every row's denominator (SINK)
-    # spec 1.4 (the serving step)
+    # spec 1.4
     "merge",          # merge_states: partial states (output, lse) merged into their union (MERGE)
     "paged",          # paged_attention and write_pages over a paged KV cache (PAGE)
+    "deterministic",  # repeated calls on the same inputs give bitwise-identical results (DET-1)
 })
 
 #: Capabilities a backend claims only by naming them: ``Backend.capabilities`` omits them.
 OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad", "softcap", "window", "alibi", "segments",
                                    "kv_cache", "lse", "attention_vjp", "bias_grad", "sink",
-                                   "merge", "paged"})
+                                   "merge", "paged", "deterministic"})
 
 #: The spec 1.2 keyword arguments of both attention operations, by the capability that governs
 #: them. The suite passes an argument only to a backend that claims its capability, and only with

@@ -18,7 +18,9 @@ class JaxBackend(ArrayBackend):
 
     framework = "jax"
     framework_label = "jax"
-    capabilities = CAPABILITIES  # "grad" by jax.vjp (_vjp), "gqa" in the generic algorithms
+    # "grad" by jax.vjp (_vjp), "gqa" in the generic algorithms; "deterministic" (DET-1) is not
+    # claimed: jax-perhead gave other bits on a repeated call in one ci cell (spec 1.4, unresolved)
+    capabilities = CAPABILITIES - {"deterministic"}
 
     def framework_version(self) -> str:
         return jax_module().__version__

@@ -152,6 +152,14 @@ def of_item(item) -> Cell | None:
     return found if isinstance(found, Cell) else None
 
 
+def remember_call(impl: Cell, op: str, case: Case, overrides: dict) -> None:
+    """Keep ``op`` (an operation of :mod:`.failure_file`) on ``case`` with ``overrides`` as the
+    running test's last call: the case a failure of the test saves (the plugin, on failure)."""
+    state = running()
+    if state is not None:
+        state.last_call = (impl, op, case, overrides)
+
+
 def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
     """Run ``op`` ("sdpa": scaled_dot_product_attention on q, k, v; "mha": multi_head_attention on
     query, key, value and the parameters) of ``impl`` on ``case``; NumPy results.
@@ -162,8 +170,8 @@ def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
     for an unknown ``op``; the backend's own exceptions pass through; :class:`CallTimeout` past
     the run's per-call time limit."""
     state = running()
-    if state is not None:  # the case a failure of this test saves (the plugin, on failure)
-        state.last_call = (impl, op, case, overrides)
+    remember_call(impl, op, case, overrides)
+    if state is not None:
         conditions.note(state, op, case.spec)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}

@@ -57,6 +57,7 @@ NEEDS: dict[str, frozenset[str]] = {
     # spec 1.4: 16-bit gradients (the dtypes are the cells), the lse cotangent honoured or refused
     "GRAD-10": frozenset({"sdpa", "attention_vjp"}),
     "GRAD-11": frozenset({"sdpa", "attention_vjp", "lse"}),
+    "DET-1": frozenset({"deterministic"}),  # spec 1.4
 }
 
 

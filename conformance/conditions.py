@@ -40,8 +40,9 @@ Beyond that, each clause adds the dimensions where its bugs live:
 * GQA-1: g = h, 1 < g < h (h = 4, g = 2: consecutive heads share, not i % g) and g = 1 (MQA).
 * SOFTCAP-1: the masking under the cap (none, a mask, an emptied row) x the cap's size (tiny:
   masks decide alone; beyond float16's range).
-* WIN-1: window sides ((1, 0), (0, 2), (3, 1), (None, 0)) x alignment x ordering; ALIBI-1/2:
-  alignment x ordering; SEG-1 / SEG-2: each kind of segment ids / sequence lengths.
+* WIN-1: window sides ((1, 0), (0, 2), (3, 1), (None, 0), (2, None), (None, 1)) x alignment x
+  ordering x with and without a causal mask on the same diagonal; ALIBI-1: alignment x ordering x
+  slopes (h,) or (B, h) x with and without causal, 3-way (spec 1.4); ALIBI-2: alignment x ordering; SEG-1 / SEG-2: each kind of segment ids / sequence lengths.
 * CACHE-1 / CACHE-2: a full and a partly valid cache in every ordering of L_q and L_K; CACHE-3:
   one, two and three tokens per call.
 * ERR-2..10: each invalid argument of the catalogue (test_errors.BAD_INPUTS) in each operation;
@@ -85,7 +86,33 @@ DEGENERATE = {
 #: soft caps by size: squeezing every logit, moderate, beyond float16's range (65504)
 CAPS = {"tiny": 1e-3, "moderate": 5.0, "huge": 1e6}
 #: window sides (left, right) that reach the bugs: one side each, both, an unbounded side
-WINDOWS = {"(1, 0)": (1, 0), "(0, 2)": (0, 2), "(3, 1)": (3, 1), "(None, 0)": (None, 0)}
+WINDOWS = {"(1, 0)": (1, 0), "(0, 2)": (0, 2), "(3, 1)": (3, 1), "(None, 0)": (None, 0),
+           # spec 1.4: the other unbounded side, and an unbounded left with a bounded right > 0
+           "(2, None)": (2, None), "(None, 1)": (None, 1)}
+#: ALiBi slopes by shape (ALIBI-1): one per head, one per (batch item, head) -> the case's kind
+SLOPES = {"(h,)": "geometric", "(B, h)": "per_batch"}
+
+#: the axes of (B, h, L_q, L_k) a bias broadcasts over (size 1 or absent), by name: "none" is the
+#: full shape; the last drops the leading axes (a bias of shape (1, L_k))
+BIAS_BROADCASTS = ("none", "batch", "heads", "queries", "batch+heads", "batch+heads+queries")
+
+
+def bias_shape_of(broadcast: str, full: tuple[int, int, int, int]) -> tuple[int, ...]:
+    """The bias shape of :data:`BIAS_BROADCASTS` value ``broadcast`` for ``full`` (B, h, L_q, L_k)."""
+    axes = set(broadcast.split("+")) - {"none"}
+    shape = tuple(1 if name in axes else n
+                  for name, n in zip(("batch", "heads", "queries"), full[:3])) + (full[3],)
+    return shape[2:] if broadcast == "batch+heads+queries" else shape
+
+
+def bias_broadcast_of(bias_shape, full: tuple[int, int, int, int]) -> str:
+    """The :data:`BIAS_BROADCASTS` value of ``bias_shape`` on ``full`` ("other" when none fits;
+    an axis of size 1 in ``full`` counts as not broadcast)."""
+    padded = (1,) * (4 - len(bias_shape)) + tuple(bias_shape)
+    axes = [name for name, n, f in zip(("batch", "heads", "queries"), padded, full) if n == 1 != f]
+    name = "+".join(axes) or "none"
+    return name if name in BIAS_BROADCASTS else "other"
+
 
 #: dimension -> its values (a space may narrow them, :attr:`Space.values`)
 DIMENSIONS: dict[str, tuple[str, ...]] = {
@@ -111,18 +138,22 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "shared": ("self", "key=value", "query=key"),
     "step": ("1", "2", "3"),  # tokens per call when decoding through a cache (CACHE-3)
     "argument": (),  # the invalid argument (ERR): each clause's own values
+    "bias_broadcast": BIAS_BROADCASTS,  # the axes a bias broadcasts over (GRAD-9, spec 1.4)
+    "slopes": tuple(SLOPES),  # the shape of the ALiBi slopes (ALIBI-1, spec 1.4)
+    "with_causal": ("no", "yes"),  # a causal mask on the feature's own diagonal (spec 1.4)
 }
 #: dimensions a case does not show: the test records them with the case (harness.note)
 RECORDED = ("step", "argument")
 
 #: (dimension, value) -> the capability a case with it needs (others: the clause's own)
 NEEDS = {("op", "sdpa"): "sdpa", ("op", "mha"): "mha", ("op", "heads"): "heads",
-         ("op", "vjp"): "grad",
+         ("op", "vjp"): "grad", ("op", "attention_vjp"): "attention_vjp",
          ("empty_by", "mask"): "masks", ("empty_by", "key_padding"): "masks",
          ("empty_by", "causal_bottom_right"): "causal", ("empty_by", "window"): "window",
          ("empty_by", "segments"): "segments", ("empty_by", "seq_lengths"): "segments",
          ("empty_by", "minus_inf_bias"): "bias", ("bias", "finite"): "bias",
-         ("masked_by", "mask"): "masks", ("masked_by", "empty_row"): "masks"}
+         ("masked_by", "mask"): "masks", ("masked_by", "empty_row"): "masks",
+         ("group", "1<g<h"): "gqa", ("group", "g=1"): "gqa"}
 
 
 def _empties_a_row(row: Mapping[str, str]) -> bool:
@@ -155,6 +186,7 @@ class Space(NamedTuple):
     values: Mapping[str, tuple[str, ...]] = {}
     shape: Callable = _same
     arguments: Mapping[str, Callable[[str], dict]] = {}
+    strength: int = 2  # the covering rows hold every combination of this many values (2 or 3)
 
 
 def values_of(space: Space, dimension: str) -> tuple[str, ...]:
@@ -270,14 +302,18 @@ SPACES: dict[str, Space] = {
     "GRAD-1": Space(LENGTHS, ops=OPS_MHA),
     "GRAD-2": Space(LENGTHS, lambda s: {**_mask(s), "fully_masked_rows": True}, ops=OPS_MHA),
     "INPUT-1": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True},
-                     ops=("heads", "sdpa", "mha", "vjp")),
+                     ops=("heads", "sdpa", "mha", "vjp", "attention_vjp")),
     "GQA-1": Space(("op", "lengths", "group"), {"key_padding": True}, ops=OPS_SDPA),
     "GQA-2": Space(LENGTHS, ops=OPS_SDPA),
     "SOFTCAP-1": Space(("op", "lengths", "masked_by", "cap")),
     "SOFTCAP-2": Space(LENGTHS),
-    "WIN-1": Space(("op", "lengths", "alignment", "window")),
+    # spec 1.4: + with and without a causal mask on the window's diagonal, and both unbounded sides
+    "WIN-1": Space(("op", "lengths", "alignment", "window", "with_causal")),
     "WIN-2": Space(LENGTHS),
-    "ALIBI-1": Space(("op", "lengths", "alignment"), {"alibi": "geometric"}),
+    # spec 1.4: + the slopes' shape (B > 1: item 0's slopes are not every item's) and with and
+    # without a causal mask (future keys penalised by |i - j| only without one); small: 3-way
+    "ALIBI-1": Space(("op", "lengths", "alignment", "slopes", "with_causal"), strength=3,
+                     shape=lambda s: s._replace(batch=max(2, s.batch))),
     "ALIBI-2": Space(("op", "lengths", "alignment"), lambda s: {"alibi": "geometric",
                                                                "bias_shape": _full(s)}),
     "ALIBI-3": Space(LENGTHS),
@@ -301,8 +337,10 @@ SPACES: dict[str, Space] = {
 # clause's space is that of the 1.2 clause whose feature it differentiates: GRAD-3 the masked call
 # (SDPA-4's), GRAD-4 the group sizes (GQA-1's), GRAD-5 what a soft-cap meets (SOFTCAP-1's), GRAD-6
 # the window's sides in each alignment (WIN-1's), GRAD-8 rows emptied or not under an lse
-# cotangent (LSE-1's), GRAD-9 a full bias (MASK-2's); SINK-1 and SINK-3 each ordering of the
-# lengths, SINK-4 each invalid ``sinks``.
+# cotangent (LSE-1's), GRAD-9 a bias of each broadcast shape (spec 1.4: over batch, heads and
+# queries, each and together, on B, h, L_q > 1, so d_bias must be a sum over those axes); SINK-1 and SINK-3 each ordering of the
+# lengths x each group size (spec 1.4: a sink is the query head's, so grouped heads meet
+# distinct non-zero sinks: the covering rows run sink scale 1), SINK-4 each invalid ``sinks``.
 SPACES.update({
     "GRAD-3": Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True}, ops=OPS_SDPA),
     "GRAD-4": Space(("op", "lengths", "group"), {"key_padding": True}, ops=OPS_SDPA),
@@ -310,9 +348,12 @@ SPACES.update({
     "GRAD-6": Space(("op", "lengths", "alignment", "window"), ops=OPS_SDPA),
     "GRAD-8": Space(("op", "lengths", "empty_rows"), lambda s: {**_mask(s), "lse": True},
                     ops=OPS_SDPA),
-    "GRAD-9": Space(LENGTHS, lambda s: {"bias_shape": _full(s)}, ops=OPS_SDPA),
-    "SINK-1": Space(LENGTHS, {"lse": True}, ops=OPS_SDPA),
-    "SINK-3": Space(LENGTHS, ops=OPS_SDPA),
+    "GRAD-9": Space(("op", "lengths", "bias_broadcast"), ops=OPS_SDPA,
+                    possible=lambda r: "queries" not in r["bias_broadcast"]
+                    or r["lengths"] != "decode",  # one query: nothing to broadcast over
+                    shape=lambda s: s._replace(batch=max(2, s.batch), heads=max(2, s.heads))),
+    "SINK-1": Space(("op", "lengths", "group"), {"lse": True}, ops=OPS_SDPA),
+    "SINK-3": Space(("op", "lengths", "group"), ops=OPS_SDPA),
     "SINK-4": Space(LENGTHS, ops=OPS_SDPA),
 })
 # the condition spaces of GRAD-7 and SINK-2
@@ -417,6 +458,9 @@ SPACES.update({
     "GRAD-11": Space(("op", "lengths", "empty_rows"), lambda s: {**_mask(s), "lse": True},
                      ops=OPS_SDPA),
 })
+# spec 1.4: DET-1 (determinism) in each operation it names, each ordering of the lengths
+SPACES["DET-1"] = Space(LENGTHS, lambda s: {**_mask(s), "key_padding": True},
+                        ops=("sdpa", "mha", "attention_vjp", "vjp"))
 
 
 def fixed_fields(space: Space, shape) -> dict:
@@ -431,27 +475,30 @@ def _rows(space: Space, dims: tuple[str, ...]) -> list[dict[str, str]]:
     return [r for r in rows if space.possible(r)]
 
 
-def pairs(row: Mapping[str, str]) -> set[tuple]:
-    """The single values and the pairs of values one row covers, as sorted item tuples."""
+def pairs(row: Mapping[str, str], strength: int = 2) -> set[tuple]:
+    """The single values and the pairs of values one row covers, as sorted item tuples (with
+    ``strength`` 3 also its triples)."""
     items = sorted(row.items())
-    return {(i,) for i in items} | set(itertools.combinations(items, 2))
+    return {c for n in range(1, strength + 1) for c in itertools.combinations(items, n)}
 
 
 @functools.lru_cache(maxsize=None)
 def covering_rows(clause: str) -> tuple[tuple[tuple[str, str], ...], ...]:
-    """A pairwise covering array over the clause's dimensions other than ``op``: rows (as item
-    tuples) that together hold every value and every possible pair of values. Greedy and
+    """A pairwise covering array over the clause's dimensions other than ``op`` (3-way where its
+    space says ``strength=3``): rows (as item tuples) that together hold every value and every
+    possible pair (triple) of values. Greedy and
     deterministic: each next row is the possible row covering most pairs still missing (first in
     product order on ties)."""
     space = SPACES[clause]
     dims = tuple(d for d in space.dimensions if d != "op")
     candidates = _rows(space, dims)
-    missing = set().union(*(pairs(r) for r in candidates))
+    ways = functools.partial(pairs, strength=space.strength)
+    missing = set().union(*(ways(r) for r in candidates))
     chosen = []
     while missing:
-        best = max(candidates, key=lambda r: len(pairs(r) & missing))
+        best = max(candidates, key=lambda r: len(ways(r) & missing))
         chosen.append(tuple(best.items()))
-        missing -= pairs(best)
+        missing -= ways(best)
     return tuple(chosen)
 
 
@@ -548,8 +595,14 @@ def _feature_fields(row: Mapping[str, str], shape) -> dict:
         kw.update(mask_shape=full, fully_masked_rows=True)
     if "cap" in row:
         kw["softcap"] = CAPS[row["cap"]]
+    if "bias_broadcast" in row:
+        kw["bias_shape"] = bias_shape_of(row["bias_broadcast"], full)
     if "window" in row:
         kw.update(window=WINDOWS[row["window"]], alignment=row.get("alignment", "bottom_right"))
+    if "slopes" in row:
+        kw.update(alibi=SLOPES[row["slopes"]], alignment=row.get("alignment", "bottom_right"))
+    if row.get("with_causal") == "yes":
+        kw["causal"] = row.get("alignment", "bottom_right")
     if "segments" in row:
         kw["segments"] = row["segments"]
     if "seq_lengths" in row:
@@ -741,9 +794,15 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...],
     :data:`RECORDED` dimensions the test noted with it ("none" when not)."""
     base = {"op": op, "lengths": order_of(spec.len_q, features.key_length(spec)),
             "bias": "none" if spec.bias_shape is None else "finite",
+            "bias_broadcast": "absent" if spec.bias_shape is None
+            else bias_broadcast_of(spec.bias_shape, (spec.batch, spec.heads, spec.len_q,
+                                                     features.key_length(spec))),
             "alignment": spec.alignment or spec.causal
             or ("bottom_right" if spec.past_len is not None else "none"),
             "causal": spec.causal or "none",
+            "with_causal": "yes" if spec.causal is not None else "no",
+            "slopes": "none" if spec.alibi is None else "(B, h)" if spec.alibi == "per_batch"
+            else "(h,)",
             "past": "none" if spec.past_len is None
             else "per_item_lengths" if spec.past_valid else "all_valid",
             **_sizes(spec), **_features(spec), **{d: "none" for d in RECORDED}, **recorded}

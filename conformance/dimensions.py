@@ -29,11 +29,27 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "empty_rows": ("none", "some"),
     "masked_by": ("none", "mask", "empty_row"),
     "cap": ("tiny", "moderate", "huge"),  # soft caps by size
-    "window": ("(1, 0)", "(0, 2)", "(3, 1)", "(None, 0)"),  # window sides (left, right)
+    "window": ("(1, 0)", "(0, 2)", "(3, 1)", "(None, 0)", "(2, None)", "(None, 1)"),  # window sides (left, right)
     "segments": ("one", "per_token", "packed", "scattered"),
     "seq_lengths": ("query", "key_value", "both"),
     "nonfinite": ("-inf", "inf", "nan"),
     "shared": ("self", "key=value", "query=key"),
     "step": ("1", "2", "3"),  # tokens per call when decoding through a cache (CACHE-3)
     "argument": (),  # the invalid argument (ERR): each clause's own values
+    # spec 1.4: width 1 with biases (PARAM-1, MHA), merges (MERGE), paged caches (PAGE)
+    "bias_broadcast": ("none", "batch", "heads", "queries", "batch+heads", "batch+heads+queries"),
+    "slopes": ("(h,)", "(B, h)"),
+    "with_causal": ("no", "yes"),
+    "head_widths": ("d_k=d_v=1", "wider"),
+    "projection_bias": ("none", "with"),
+    "states": ("1", "2", "4"),
+    "empty_state": ("none", "first", "last", "all"),
+    "lse_base": ("e", "2"),
+    "empty_lse": ("-inf", "+inf"),
+    "lse_layout": ("batch", "tokens"),
+    "sink": ("none", "sink"),
+    "page_size": ("1", "divides", "does_not_divide"),
+    "pages": ("in_order", "shuffled", "shared"),
+    "unused": ("zero", "stale", "nonfinite"),
+    "paged_causal": ("no", "yes"),
 }

@@ -23,7 +23,8 @@ from .strategies import Case, CaseSpec
 
 def reproducer(impl: Cell, op: str, spec: CaseSpec, overrides: dict | None = None) -> str:
     """Python a user can paste to replay exactly this case on this backend."""
-    extra = f", overrides={overrides!r}" if overrides else ""
+    shown = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in (overrides or {}).items()}
+    extra = f", overrides={shown!r}" if shown else ""  # arrays as lists: replay takes them back
     ref = run_settings().backend_refs.get(impl.backend.name, impl.backend.name)
     return ("from mhaspec.conformance.strategies import CaseSpec\n"
             "from mhaspec.conformance.replay import replay_case\n"

@@ -6,7 +6,8 @@ k_dim / v_dim key / value widths, d_out output width.
 A failure file is a NumPy ``.npz`` (a zip of ``.npy`` members, written uncompressed) holding:
 
 * ``meta``: a 0-d unicode array with JSON: ``format`` (``mhaspec-replay/1``), ``spec_version``,
-  ``op`` ("sdpa" or "mha"), ``clause``, ``backend`` (the reference the run used; *informative only*:
+  ``op`` ("sdpa", "mha" or, since spec 1.4, "attention_vjp": the gradients of scaled dot-product
+  attention, with the cotangents drawn from the case's seed as the suite draws them), ``clause``, ``backend`` (the reference the run used; *informative only*:
   a reader never imports it), ``device``, ``dtype``, ``spec`` (the :class:`CaseSpec` fields),
   ``overrides`` (JSON-valued keyword overrides) and, optionally, ``aliases`` (input -> the input it is
   the same array as, e.g. ``{"key": "query"}`` for self-attention);
@@ -15,7 +16,10 @@ A failure file is a NumPy ``.npz`` (a zip of ``.npy`` members, written uncompres
   ``param_w_q`` ... ``param_b_o``; optional ``mask`` and ``key_padding_mask`` (boolean), ``bias`` and
   ``legacy_mask`` (float); spec 1.2's feature arrays ``alibi_slopes``, ``past_key``,
   ``past_value`` (float) and ``q_segment_ids``, ``kv_segment_ids``, ``query_seq_lengths``,
-  ``key_value_seq_lengths``, ``past_lengths`` (integer: int32 or int64, these fields only).
+  ``key_value_seq_lengths``, ``past_lengths`` (integer: int32 or int64, these fields only);
+  spec 1.3's ``sinks`` (h,) (float; "sdpa" and "attention_vjp" only, read back as the override
+  ``sinks``). "attention_vjp" cases may set the overrides ``d_lse`` (an lse cotangent too) and
+  ``bias_grad`` (the bias's gradient too) to true.
 
 :func:`read_case` treats the file as untrusted: it reads the zip end record, the zip directory and
 each ``.npy`` header (a few hundred bytes) first, and refuses the file -- before any array is
@@ -43,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from mhaspec.backends import ALL_DTYPES
-from mhaspec.backends.claim_readers import OPS
 from mhaspec.spec import SPEC_VERSION, oracle
 
 from . import extremes, features
@@ -51,6 +54,10 @@ from .features import INTEGER_ARRAYS, FeatureArrays, key_length
 from .strategies import Case, CaseSpec
 
 FORMAT = "mhaspec-replay/1"
+#: the operations a failure file replays
+REPLAYED_OPS = ("sdpa", "mha", "attention_vjp")
+#: the operations that take sinks (the member ``sinks``) and those of scaled dot-product attention
+SINK_OPS = ("sdpa", "attention_vjp")
 #: Default cap on the declared (uncompressed) size of all members together, in bytes.
 DEFAULT_MAX_BYTES = 256 * 2**20
 #: Largest metadata member, in bytes (the JSON of one case is about 1 KB).
@@ -71,8 +78,8 @@ OPTIONAL_META_FIELDS = frozenset({"aliases"})
 #: A device name as backends give them (``cpu``, ``cuda``, ``cuda:1``).
 DEVICE_NAME = r"[A-Za-z][A-Za-z0-9_.:-]{0,63}"
 #: Most members a failure file may have (meta, six inputs, four masks, eight parameters, eight
-#: feature arrays).
-MAX_MEMBERS = 27
+#: feature arrays, the sinks).
+MAX_MEMBERS = 28
 
 
 class FailureFileError(ValueError):
@@ -97,6 +104,8 @@ def saveable(case: Case, overrides: dict) -> tuple[Case, dict] | None:
             case = case._replace(key_padding_mask=value)
         elif key == "params":
             case = case._replace(params=value)
+        elif key == "sinks" and isinstance(value, np.ndarray):  # saved as the member "sinks"
+            scalars[key] = value
         elif value is None or isinstance(value, (bool, int, float, str)):
             scalars[key] = value
         else:
@@ -130,6 +139,8 @@ def save_case(path, impl, case: Case, *, op: str, clause: str, backend_ref: str,
     arrays.update({f"param_{n}": np.asarray(p) for n, p in case.params._asdict().items()
                    if p is not None})
     arrays.update({n: np.asarray(x) for n, x in case.features._asdict().items() if x is not None})
+    if isinstance(overrides.get("sinks"), np.ndarray):
+        arrays["sinks"] = overrides["sinks"]
     meta = {"format": FORMAT, "spec_version": SPEC_VERSION, "op": op, "clause": clause,
             "backend": backend_ref, "device": impl.device, "dtype": impl.dtype,
             "spec": case.spec._asdict(), "aliases": aliases,
@@ -173,6 +184,8 @@ def read_case(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[dict, Case]:
             spec = _case_spec(path, meta["spec"])
             _check_headers(path, archive, headers, spec, meta, max_bytes)
             arrays = {name: _read_array(archive, name) for name in headers if name != "meta"}
+        if "sinks" in arrays:
+            meta["overrides"]["sinks"] = arrays.pop("sinks")
     except FailureFileError:
         raise
     except (OSError, zipfile.BadZipFile, ValueError, EOFError, RuntimeError, NotImplementedError) as exc:
@@ -206,7 +219,7 @@ def _check_end_record(path, size: int) -> None:
 
 def _check_directory(path, archive: zipfile.ZipFile, max_bytes: int) -> dict[str, zipfile.ZipInfo]:
     """Member name (without ``.npy``) -> its zip entry, after the directory-level checks."""
-    known = {"meta", *ARRAY_FIELDS, *PARAMS, *FEATURE_FIELDS}
+    known = {"meta", *ARRAY_FIELDS, *PARAMS, *FEATURE_FIELDS, "sinks"}
     members: dict[str, zipfile.ZipInfo] = {}
     total = 0
     for info in archive.infolist():
@@ -263,7 +276,7 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
                                f"a backend must refuse it, there is nothing to replay")
     expected = expected_shapes(spec, kv_heads=kv_heads)
     aliases = meta.get("aliases", {})
-    needed = ("q", "k", "v") if meta["op"] == "sdpa" else (
+    needed = ("q", "k", "v") if meta["op"] in SINK_OPS else (
         "query", "key", "value", "param_w_q", "param_w_k", "param_w_v", "param_w_o")
     needed += tuple(f for f, on in (("mask", spec.mask_shape is not None),
                                     ("bias", spec.bias_shape is not None),
@@ -274,6 +287,8 @@ def _check_headers(path, archive: zipfile.ZipFile, members: dict[str, zipfile.Zi
     if missing:
         raise FailureFileError(f"{path}: op {meta['op']!r} with these options needs arrays "
                                f"{', '.join(missing)}, which the file lacks")
+    if "sinks" in members and meta["op"] not in SINK_OPS:
+        raise FailureFileError(f"{path}: array 'sinks' present but op {meta['op']!r} takes none")
     for field in MASKS + FEATURE_FIELDS:
         if field in members and field not in needed:
             raise FailureFileError(f"{path}: array {field!r} present but the recorded case has none")
@@ -360,7 +375,7 @@ def expected_shapes(spec: CaseSpec, *, kv_heads: int | None = None) -> dict[str,
         "param_w_q": (spec.d_model, h * spec.d_k), "param_w_k": (d_in_k, g * spec.d_k),
         "param_w_v": (d_in_v, g * spec.d_v), "param_w_o": (h * spec.d_v, spec.d_out),
         "param_b_q": (h * spec.d_k,), "param_b_k": (g * spec.d_k,), "param_b_v": (g * spec.d_v,),
-        "param_b_o": (spec.d_out,)}
+        "param_b_o": (spec.d_out,), "sinks": (h,)}
 
 
 def _read_meta(path, archive: zipfile.ZipFile) -> dict:
@@ -394,8 +409,8 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
                                f"got {meta['device']!r:.60}")
     if len(meta["backend"]) > 500:
         raise FailureFileError(f"{path}: metadata 'backend' is longer than 500 characters")
-    if meta["op"] not in OPS:
-        raise FailureFileError(f"{path}: unknown op {meta['op']!r} (known: {', '.join(OPS)})")
+    if meta["op"] not in REPLAYED_OPS:
+        raise FailureFileError(f"{path}: unknown op {meta['op']!r} (known: {', '.join(REPLAYED_OPS)})")
     if meta["dtype"] not in ALL_DTYPES:
         raise FailureFileError(f"{path}: unknown dtype {meta['dtype']!r} "
                                f"(known: {', '.join(ALL_DTYPES)})")
@@ -411,7 +426,10 @@ def _read_meta(path, archive: zipfile.ZipFile) -> dict:
                                f"(it may set causal to an alignment or null, scale to a positive "
                                f"finite number (ERR-10) or null, num_kv_heads to a count, softcap, "
                                f"window and alignment as in 'spec', masks and feature arrays to "
-                               f"null)")
+                               f"null, d_lse and bias_grad to a boolean)")
+    if meta["op"] != "attention_vjp" and {"d_lse", "bias_grad"} & set(meta["overrides"]):
+        raise FailureFileError(f"{path}: overrides d_lse and bias_grad are attention_vjp's, not "
+                               f"{meta['op']!r}'s")
     aliases = meta.get("aliases", {})
     if not isinstance(aliases, dict) or any(
             k not in INPUTS or v not in INPUTS or INPUTS.index(v) >= INPUTS.index(k)
@@ -484,7 +502,8 @@ SPEC_FIELD_CHECKS = {
 OVERRIDE_CHECKS = {"causal": SPEC_FIELD_CHECKS["causal"], "scale": SPEC_FIELD_CHECKS["scale"],
                    "num_kv_heads": _is_int, **{f: (lambda x: x is None) for f in MASKS},
                    **{f: (lambda x: x is None) for f in FEATURE_FIELDS},
-                   **{f: SPEC_FIELD_CHECKS[f] for f in ("softcap", "window", "alignment")}}
+                   **{f: SPEC_FIELD_CHECKS[f] for f in ("softcap", "window", "alignment")},
+                   **{f: (lambda x: isinstance(x, bool)) for f in ("d_lse", "bias_grad")}}
 
 
 def _case_spec(path, recorded: dict) -> CaseSpec:

@@ -2,7 +2,8 @@
 
 :func:`replay_case` is what a failure's printed reproducer calls (a case rebuilt from its
 :class:`~mhaspec.conformance.strategies.CaseSpec`); ``mhaspec replay`` reruns a saved case (see
-:mod:`mhaspec.conformance.failure_file`) through :func:`judge_case`.
+:mod:`mhaspec.conformance.failure_file`) through :func:`judge_case` (a gradient case, op
+"attention_vjp": :func:`judge_vjp`).
 """
 
 from __future__ import annotations
@@ -13,17 +14,24 @@ import warnings
 import numpy as np
 
 from mhaspec.backends import load_backend
+from mhaspec.spec import oracle
 
-from . import harness, tolerance
+from . import harness, tolerance, vjp
 from .strategies import Case, CaseSpec, build_case
 
 
 def replay_case(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", dtype: str = "float32",
-           overrides: dict | None = None) -> list[harness.Check]:
-    """Run ``op`` ("sdpa" or "mha") of ``backend`` (name or ``module:attr``) on ``spec``; print and
-    return the NUM-3 checks of output and weights."""
+                overrides: dict | None = None) -> list[harness.Check] | list[str]:
+    """Run ``op`` ("sdpa", "mha" or "attention_vjp") of ``backend`` (name or ``module:attr``) on
+    ``spec`` (list overrides, as a reproducer prints arrays, become arrays); print and return the
+    NUM-3 checks of output and weights (for "attention_vjp": the lines of :func:`judge_vjp`)."""
     impl = harness.Cell(load_backend(backend), device, dtype)
-    checks = judge_case(impl, build_case(spec), op, overrides or {})
+    overrides = {k: np.asarray(v) if isinstance(v, list) else v for k, v in (overrides or {}).items()}
+    if op == "attention_vjp":
+        lines = judge_vjp(impl, build_case(spec), overrides)
+        print("\n".join(lines))
+        return lines
+    checks = judge_case(impl, build_case(spec), op, overrides)
     for line in describe(impl.id, op, checks):
         print(line)
     return checks
@@ -31,6 +39,29 @@ def replay_case(backend: str, op: str, spec: CaseSpec, *, device: str = "cpu", d
 
 #: the name reproducers printed before spec 1.4 call
 replay = replay_case
+
+
+def judge_vjp(impl: harness.Cell, case: Case, overrides: dict, *,
+              clause: str = "replay") -> list[str]:
+    """Run ``attention_vjp`` of ``impl`` on ``case`` with the suite's cotangents (``overrides``:
+    ``d_lse``, ``bias_grad``, ``sinks``, :func:`vjp.replay_overrides`) and judge every gradient
+    under GRAD-1's rule (the suite's one judgement, :func:`vjp.expect_gradients`): one line,
+    ``<impl> attention_vjp gradients: conforms`` or ``... DOES NOT CONFORM: <the failure>``;
+    :class:`Unjudgeable` when the oracle refuses the case; the backend's own exceptions pass
+    through."""
+    unknown = sorted(set(overrides) - {"d_lse", "bias_grad", "sinks"})
+    if unknown:
+        raise ValueError(f"overrides: attention_vjp replays d_lse, bias_grad and sinks, not {unknown}")
+    try:
+        oracle.attention_problem(case.q, case.k, case.v, **vjp.kwargs_of(case))
+    except ValueError as exc:
+        raise Unjudgeable(f"the spec's oracle refuses it: {' '.join(str(exc).split())}") from None
+    try:
+        vjp.expect_gradients(impl, case, clause, **overrides)
+    except AssertionError as exc:
+        return [f"{impl.id} attention_vjp gradients: DOES NOT CONFORM: "
+                f"{str(exc).split(chr(10))[0]}"]
+    return [f"{impl.id} attention_vjp gradients: conforms"]
 
 
 class Unjudgeable(ValueError):

@@ -16,23 +16,15 @@ import pytest
 from hypothesis import given
 
 from mhaspec.backends import MHAParams
-from mhaspec.conformance import conditions, harness
-from mhaspec.conformance.strategies import case_specs
+from mhaspec.conformance import conditions, harness, vjp
+from mhaspec.conformance.judge import same_bits
+from mhaspec.conformance.strategies import case_specs, feature_specs
 from mhaspec.spec import oracle
 
 ALL_MASKS = {"masks": True, "bias": True, "legacy": True, "key_padding": True, "causal": True,
              "custom_scale": True}
 
 
-def same_bits(before: np.ndarray, after: np.ndarray) -> bool:
-    """Equal shape, dtype and bits, except that NaN equals NaN whatever its payload."""
-    if before.shape != after.shape or before.dtype != after.dtype:
-        return False
-    if before.dtype.kind != "f":
-        return bool(np.array_equal(before, after))
-    both_nan = np.isnan(before) & np.isnan(after)
-    bits = before.view(f"u{before.dtype.itemsize}") == after.view(f"u{after.dtype.itemsize}")
-    return bool(np.all(bits | both_nan))
 
 
 class Inputs:
@@ -155,3 +147,32 @@ def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(cell, spec):
     cell.call("mha_vjp", inputs["query"], inputs["key"], inputs["value"], inputs.params(),
               inputs["cotangent"], num_heads=s.heads, **_masks(inputs, case))
     inputs.expect_unchanged("mha_vjp")
+
+
+@pytest.mark.clause("INPUT-1")
+@pytest.mark.requires("sdpa", "attention_vjp")
+@pytest.mark.dtypes("float64", "float32")
+@conditions.cover("INPUT-1")
+@given(spec=feature_specs(allow=("gqa", "softcap", "window", "alibi", "segments", "cache"),
+                          masks=True, bias=True, key_padding=True, causal=True,
+                          custom_scale=True))
+def test_the_attention_gradient_leaves_its_inputs_and_cotangents_unchanged(impl, spec):
+    """attention_vjp (spec 1.3) with every argument the backend claims: the masks, the features'
+    arrays, the cotangents d_output and d_lse ("lse"), the sinks ("sink") and a bias whose own
+    gradient is asked for ("bias_grad")."""
+    case = impl.case(with_key_padding(spec), "sdpa")
+    harness.note("attention_vjp", case.spec)
+    claims = harness.op_capabilities(impl.backend, "sdpa")
+    d_output, d_lse = vjp.cotangents(case, d_lse="lse" in claims)
+    sinks = vjp.sinks_of(case, 1.0) if "sink" in claims else None
+    kwargs = vjp.kwargs_of(case)
+    arrays = {n: x for n, x in kwargs.items() if isinstance(x, np.ndarray)}
+    inputs = Inputs(impl, q=case.q, k=case.k, v=case.v, d_output=d_output, d_lse=d_lse,
+                    sinks=sinks, **arrays)
+    flags = {n: x for n, x in kwargs.items() if n not in arrays}
+    extra = {"sinks": inputs["sinks"]} if sinks is not None else {}
+    if "bias_grad" in claims and case.bias is not None:
+        extra["bias_grad"] = True
+    impl.call("attention_vjp", inputs["q"], inputs["k"], inputs["v"], inputs["d_output"],
+              d_lse=inputs["d_lse"], **{n: inputs[n] for n in arrays}, **flags, **extra)
+    inputs.expect_unchanged("attention_vjp")

@@ -21,6 +21,7 @@ import numpy as np
 from mhaspec.spec import oracle, oracle_vjp
 
 from . import harness, tolerance
+from .expect import save_failure
 
 #: oracle_vjp.AttentionVJP field -> the key of a backend's result
 NAMES = {"dq": "q", "dk": "k", "dv": "v", "d_sinks": "sinks", "d_bias": "bias",
@@ -73,6 +74,7 @@ def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
     NumPy (the case is noted on the running test as :func:`harness.run` notes it: what ran, per
     clause)."""
     harness.note("sdpa", case.spec)
+    harness.remember_call(impl, "attention_vjp", case, replay_overrides(d_lse, bias_grad, sinks))
     d_out, dl = cotangents(case, d_lse, left_out)
     kw = {n: impl.arr(x) if isinstance(x, np.ndarray) else x for n, x in kwargs_of(case).items()}
     if sinks is not None:
@@ -82,6 +84,13 @@ def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
     grads = impl.call("attention_vjp", impl.arr(case.q), impl.arr(case.k), impl.arr(case.v),
                       impl.arr(d_out), d_lse=impl.arr(dl), **kw)
     return {n: impl.backend.to_numpy(g) for n, g in grads.items()}
+
+
+def replay_overrides(d_lse: bool = False, bias_grad: bool = False, sinks=None) -> dict:
+    """The overrides that replay an ``attention_vjp`` call (``replay(..., "attention_vjp", ...)``,
+    a saved failure): the options that differ from their defaults."""
+    out = {"d_lse": d_lse, "bias_grad": bias_grad, "sinks": sinks}
+    return {n: x for n, x in out.items() if x is not None and x is not False}
 
 
 def oracle_grads(case, precision: str, *, d_lse: bool = False, bias_grad: bool = False,
@@ -139,8 +148,13 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
                 left_out=rows_left_to_mask9(impl, problem))
     got = run(impl, case, **opts)
     want, naive, scale = references(impl, case, problem, **opts)
-    judge_gradients(impl, clause, got, want, naive, scale,
-                    harness.reproducer(impl, "sdpa", case.spec))
+    replayed = replay_overrides(d_lse, bias_grad, sinks)
+    try:
+        judge_gradients(impl, clause, got, want, naive, scale,
+                        harness.reproducer(impl, "attention_vjp", case.spec, replayed))
+    except AssertionError as exc:  # the failing case saved for ``mhaspec replay`` (a run's failures)
+        raise AssertionError(f"{exc}{save_failure(impl, case, 'attention_vjp', clause, replayed)}"
+                             ) from None
     return got
 
 

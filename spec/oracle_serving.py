@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .oracle import rounding
+from .oracle import attention_result, rounding
 
 #: MERGE-3: the conventions and their values (the first of each is LSE-1's)
 LSE_BASES = ("e", "2")
@@ -118,8 +118,6 @@ def paged_attention(q, k_pages, v_pages, block_table, seq_lens, query_start_loc,
     (B, M); seq_lens (B,) -> output (T, h, d_v): each item's queries attend its gathered keys
     (:func:`gather_pages`) as CACHE's call does, the queries the last n_b tokens (bottom-right).
     ``info``: receives the largest ``logit_condition`` of the items (NUM-3's condition)."""
-    from .oracle import attention_result
-
     q = np.asarray(q)
     out = np.zeros((q.shape[0], q.shape[1], np.shape(v_pages)[3]))
     for b in range(len(seq_lens)):

@@ -1085,3 +1085,220 @@ EXPECTED.update({
     "STALE_SLOT_READ": ("broken-page-stale-slot-read", {"PAGE-2"}),
     "WRITE_TO_THE_NEXT_SLOT": ("broken-page-write-next-slot", {"PAGE-3"}),
 })
+
+
+# -- spec 1.4: holes of 1.3's suite (INPUT-1 in the backward, grouped sinks, broadcast bias, WIN/ALIBI) -
+# Each derives from the oracle-backed reference backend: one mistake, every other clause exact.
+
+class QueryScaledInPlaceInTheBackward(OracleBackend):
+    """attention_vjp folds the scale into q in place (``q *= scale``, as kernels that pre-scale
+    the queries do) after computing right gradients: the caller's q is scaled (INPUT-1)."""
+
+    def attention_vjp(self, q, k, v, d_output, **kwargs) -> dict:
+        grads = super().attention_vjp(q, k, v, d_output, **kwargs)
+        scale = kwargs.get("scale")
+        np.multiply(q, 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale, out=q)
+        return grads
+
+
+def _sinks_by_kv_head(sinks, q, k):
+    """sinks (h,) read at each query head's key/value head index (i // (h/g)) instead of at i."""
+    if sinks is None or np.ndim(sinks) != 1 or np.ndim(q) != 4 or np.ndim(k) != 4:
+        return sinks
+    h, g = q.shape[1], k.shape[1]
+    if not (0 < g <= h and h % g == 0 and len(sinks) == h):
+        return sinks  # left for validation to reject (SINK-4, GQA-2)
+    return np.asarray(sinks)[np.arange(h) // (h // g)]
+
+
+class SinkIndexedByKvHead(OracleBackend):
+    """Reads each query head's sink at its key/value head's index (sinks[i // (h/g)]): right
+    without grouped heads, wrong for every head of a group but the first with them."""
+
+    def _attention(self, q, k, v, **kwargs):
+        if kwargs.get("sinks") is not None:
+            kwargs = {**kwargs, "sinks": _sinks_by_kv_head(kwargs["sinks"], q, k)}
+        return super()._attention(q, k, v, **kwargs)
+
+    def _vjp(self, q, k, v, d_output, **kwargs):
+        if kwargs.get("sinks") is not None:
+            kwargs = {**kwargs, "sinks": _sinks_by_kv_head(kwargs["sinks"], q, k)}
+        return super()._vjp(q, k, v, d_output, **kwargs)
+
+
+class BiasGradientNotReduced(OracleBackend):
+    """d_bias of a broadcast bias is the full-shape gradient's first entry along each broadcast
+    axis (a kernel writing d_bias per (batch, head, query) into a buffer of the bias's shape:
+    the last write wins) instead of its sum over those axes (GRAD-9)."""
+
+    def _vjp(self, q, k, v, d_output, **kwargs):
+        bias = kwargs.get("bias")
+        if not kwargs.get("bias_grad") or bias is None:
+            return super()._vjp(q, k, v, d_output, **kwargs)
+        shape = np.shape(bias)
+        full = (q.shape[0], q.shape[1], q.shape[2], shape[-1])
+        res = super()._vjp(q, k, v, d_output, **{**kwargs, "bias": np.broadcast_to(bias, full)})
+        d = res.d_bias
+        pad = (1,) * (4 - len(shape)) + tuple(shape)
+        for axis, n in enumerate(pad):
+            if n == 1 and d.shape[axis] != 1:
+                d = d[(slice(None),) * axis + (slice(0, 1),)]
+        return res._replace(d_bias=d.reshape(shape))
+
+
+QUERY_SCALED_IN_PLACE_IN_THE_BACKWARD = QueryScaledInPlaceInTheBackward(
+    "broken-vjp-scales-q-in-place")
+SINK_INDEXED_BY_KV_HEAD = SinkIndexedByKvHead("broken-sink-by-kv-head")
+BIAS_GRADIENT_NOT_REDUCED = BiasGradientNotReduced("broken-d-bias-not-reduced")
+
+#: attribute -> (backend name, clauses it must fail) under the ci profile (spec 1.4's holes)
+HOLES_OF_1_3 = {
+    "QUERY_SCALED_IN_PLACE_IN_THE_BACKWARD": ("broken-vjp-scales-q-in-place", {"INPUT-1"}),
+    "SINK_INDEXED_BY_KV_HEAD": ("broken-sink-by-kv-head", {"SINK-1", "SINK-3"}),
+    "BIAS_GRADIENT_NOT_REDUCED": ("broken-d-bias-not-reduced", {"GRAD-9"}),
+}
+
+
+# -- spec 1.4: DET-1 (determinism) -----------------------------------------------------------------
+
+def _one_ulp_at_the_largest(x, nudge: bool):
+    """``x`` (a copy) with its largest-magnitude entry moved one ulp away from zero when ``nudge``
+    (zeros, NaNs and empty arrays as they are)."""
+    x = np.array(x, copy=True)
+    if nudge and x.size and np.isfinite(x).any():
+        i = int(np.nanargmax(np.where(np.isfinite(x), np.abs(x), -1.0)))
+        if x.flat[i] != 0:
+            x.flat[i] = np.nextafter(x.flat[i], np.sign(x.flat[i]) * np.inf)
+    return x
+
+
+class RunToRunNoise(OracleBackend):
+    """Exact but for one ulp at the largest entry of the output and of dq on every other call (an
+    accumulation whose order varies from run to run, as atomic adds give): within NUM-3 and GRAD-1
+    everywhere, but two calls on the same inputs differ (DET-1)."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self._calls = 0
+
+    def _nudge(self) -> bool:
+        self._calls += 1
+        return self._calls % 2 == 0
+
+    def _attention(self, q, k, v, **kwargs):
+        res = super()._attention(q, k, v, **kwargs)
+        return res._replace(output=_one_ulp_at_the_largest(res.output, self._nudge()))
+
+    def _mha(self, query, key, value, params, **kwargs):
+        res = super()._mha(query, key, value, params, **kwargs)
+        return res._replace(output=_one_ulp_at_the_largest(res.output, self._nudge()))
+
+    def _vjp(self, q, k, v, d_output, **kwargs):
+        res = super()._vjp(q, k, v, d_output, **kwargs)
+        return res._replace(dq=_one_ulp_at_the_largest(res.dq, self._nudge()))
+
+
+RUN_TO_RUN_NOISE = RunToRunNoise("broken-run-to-run-noise")
+HOLES_OF_1_3["RUN_TO_RUN_NOISE"] = ("broken-run-to-run-noise", {"DET-1"})
+
+
+# -- spec 1.4: window and ALiBi mistakes of kinds real kernels shipped (WIN-1, ALIBI-1) -----------
+
+def _window_args(kw: dict, q, k) -> dict:
+    """The call's window, alignment and causal as plain values (the oracle rejects the invalid)."""
+    return {"window": kw.get("window"), "alignment": kw.get("alignment"), "causal": kw.get("causal")}
+
+
+class _WindowOrAlibiMistake(_BrokenFeature):
+    """The reference backend with :meth:`_fix` rewriting the keyword arguments of every call."""
+
+    def _fix(self, q, k, kw: dict) -> dict:
+        return kw
+
+    def _attention(self, q, k, v, **kw):
+        return super()._attention(q, k, v, **self._fix(q, k, kw))
+
+    def _vjp(self, q, k, v, d_output, **kw):
+        return super()._vjp(q, k, v, d_output, **self._fix(q, k, kw))
+
+    def _mha(self, query, key, value, params, **kw):
+        return super()._mha(query, key, value, params, **self._fix(query, key, kw))
+
+
+def _valid_window(window) -> bool:
+    return (isinstance(window, tuple) and len(window) == 2
+            and all(s is None or (type(s) is int and s >= 0) for s in window))
+
+
+class WindowRightIgnoredWhenLeftUnbounded(_WindowOrAlibiMistake):
+    """A window whose left side is unbounded is causal when its right side is 0 and no window at
+    all otherwise (FlashAttention 2 maps (-1, 0) to its causal flag; a kernel that then switches
+    local masking on only for ``left >= 0``): (None, r > 0) lets in every key right of r."""
+
+    def _fix(self, q, k, kw):
+        window = kw.get("window")
+        if _valid_window(window) and window[0] is None and window[1] not in (0, None):
+            return {**kw, "window": None}
+        return kw
+
+
+class WindowTopLeftWhenBottomRight(_WindowOrAlibiMistake):
+    """A left-only window (right side unbounded, a "sliding window" of the last keys) measured from
+    the top-left diagonal (p_q(i) = i) although the call's alignment is bottom-right and no causal
+    mask is given (a sliding-window kernel that forgets the offset L_k - L_q): wrong whenever
+    L_q != L_k, right for every other window."""
+
+    def _fix(self, q, k, kw):
+        window = kw.get("window")
+        if (_valid_window(window) and window[0] is not None and window[1] is None
+                and kw.get("causal") is None and kw.get("alignment") == "bottom_right"
+                and kw.get("past_key") is None):
+            return {**kw, "alignment": "top_left"}
+        return kw
+
+
+class AlibiPerBatchSlopesOfFirstItem(_WindowOrAlibiMistake):
+    """Slopes of shape (B, h) read as (h,): every batch item gets item 0's slopes (a kernel whose
+    slope stride over the batch is 0)."""
+
+    def _fix(self, q, k, kw):
+        slopes = kw.get("alibi_slopes")
+        if slopes is not None and np.ndim(slopes) == 2 and np.asarray(slopes).dtype.kind == "f":
+            return {**kw, "alibi_slopes": np.broadcast_to(np.asarray(slopes)[:1],
+                                                          np.shape(slopes)).copy()}
+        return kw
+
+
+class AlibiSignedDistance(_WindowOrAlibiMistake):
+    """Adds -m (p_q(i) - p_k(j)) without the absolute value (the causal form used everywhere):
+    right under a causal mask, but future keys get +m |i - j| (their penalty's sign flipped)."""
+
+    def _attention(self, q, k, v, **kw):
+        slopes = kw.get("alibi_slopes")
+        if (slopes is None or kw.get("causal") is not None or kw.get("past_key") is not None
+                or np.asarray(slopes).dtype.kind != "f"):
+            return super()._attention(q, k, v, **kw)
+        h, len_q, len_k = q.shape[1], q.shape[2], k.shape[2]
+        shift = len_k - len_q if kw.get("alignment", "bottom_right") != "top_left" else 0
+        distance = (np.arange(len_q)[:, None] + shift) - np.arange(len_k)[None, :]
+        m = np.asarray(slopes, dtype=np.float64).reshape(-1, h)[:, :, None, None]
+        signed = -m * distance  # the right term is -m |distance|
+        extra = signed + m * np.abs(distance)  # what the mistake adds to the right bias
+        bias = kw.get("bias")
+        return super()._attention(q, k, v, **{**kw, "bias": extra if bias is None else bias + extra})
+
+
+WINDOW_RIGHT_IGNORED_WHEN_LEFT_UNBOUNDED = WindowRightIgnoredWhenLeftUnbounded(
+    "broken-window-left-none-no-window")
+WINDOW_TOP_LEFT_WHEN_BOTTOM_RIGHT = WindowTopLeftWhenBottomRight("broken-window-top-left")
+ALIBI_PER_BATCH_SLOPES_OF_FIRST_ITEM = AlibiPerBatchSlopesOfFirstItem(
+    "broken-alibi-batch-slopes-item-0")
+ALIBI_SIGNED_DISTANCE = AlibiSignedDistance("broken-alibi-signed-distance")
+
+#: attribute -> (backend name, clauses it must fail) under the ci profile (spec 1.4's 5f)
+WINDOW_AND_ALIBI = {
+    "WINDOW_RIGHT_IGNORED_WHEN_LEFT_UNBOUNDED": ("broken-window-left-none-no-window", {"WIN-1"}),
+    "WINDOW_TOP_LEFT_WHEN_BOTTOM_RIGHT": ("broken-window-top-left", {"WIN-1"}),
+    "ALIBI_PER_BATCH_SLOPES_OF_FIRST_ITEM": ("broken-alibi-batch-slopes-item-0", {"ALIBI-1"}),
+    "ALIBI_SIGNED_DISTANCE": ("broken-alibi-signed-distance", {"ALIBI-1"}),
+}

@@ -463,12 +463,14 @@ def test_the_docs_list_the_members_and_overrides_a_failure_file_may_hold():
     text = (pathlib.Path(__file__).parents[1] / "docs" / "certificates.md").read_text("utf-8")
     assert f"more members than a case can\n  ({failure_file.MAX_MEMBERS})" in text
     members = re.findall(r"`(\w+)`", _sentence(text, "The members a failure file may hold"))
-    known = ["meta", *failure_file.ARRAY_FIELDS, *failure_file.PARAMS, *failure_file.FEATURE_FIELDS]
+    known = ["meta", *failure_file.ARRAY_FIELDS, *failure_file.PARAMS, *failure_file.FEATURE_FIELDS,
+             "sinks"]
     assert members == known and len(known) == failure_file.MAX_MEMBERS
     overrides = _sentence(text, "The overrides a failure file may record")
     valued, _, cleared = overrides.partition("set to null only")
     cleared_only = {k for k, check in failure_file.OVERRIDE_CHECKS.items() if not check(1.0)
-                    and not check("top_left") and not check([1, 1]) and not check(2)}
+                    and not check("top_left") and not check([1, 1]) and not check(2)
+                    and not check(True)}
     assert set(re.findall(r"`(\w+)`", cleared)) == cleared_only
     assert set(re.findall(r"`(\w+)`", valued)) - {"spec"} == (
         set(failure_file.OVERRIDE_CHECKS) - cleared_only)

@@ -53,6 +53,8 @@ def replay_file(path, *, backend: str | None = None, recorded_backend: bool = Fa
         raise UsageError(f"the case was recorded in {dtype}, which {printable(impl.name)} does not "
                          f"claim on {printable(device)}")
     run = harness.Cell(impl, device, dtype)
+    if meta["op"] == "attention_vjp":
+        return _replay_vjp(path, meta, run, case)
     try:
         ref = judgeable_reference(run, case, meta["op"], meta["overrides"])
     except Unjudgeable as exc:
@@ -75,3 +77,24 @@ def replay_file(path, *, backend: str | None = None, recorded_backend: bool = Fa
     for line in describe(printable(impl.name), meta["op"], checks):
         print(line)
     return 0 if all(c.verdict.ok for c in checks) else 1
+
+
+def _replay_vjp(path, meta: dict, run, case) -> int:
+    """Replay a saved gradient case (op "attention_vjp") on the cell ``run``: 0 if every gradient
+    conforms, 1 if not (or the backend raised)."""
+    from mhaspec.conformance.replay import Unjudgeable, judge_vjp
+
+    print(f"replaying {printable(meta['clause'])} (attention_vjp) from {printable(path)} on "
+          f"{printable(run.backend.name)} ({run.device}, {run.dtype})")
+    try:
+        lines = judge_vjp(run, case, meta["overrides"], clause=meta["clause"])
+    except Unjudgeable as exc:
+        raise UsageError(f"{printable(path)}: the recorded case is not replayed: "
+                         f"{printable(exc, limit=400)}") from None
+    except Exception as exc:  # noqa: BLE001 - the backend's error is the replayed failure
+        print(f"{printable(run.backend.name)} attention_vjp raised {type(exc).__name__}: "
+              f"{printable(exc, limit=2000)}: DOES NOT CONFORM")
+        return 1
+    for line in lines:
+        print(printable(line, limit=2000))
+    return 0 if all(line.endswith(": conforms") for line in lines) else 1
