@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from mhaspec.backends import registered_backends
 from mhaspec.conformance import failure_file, harness
-from mhaspec.conformance.replay import Unjudgeable, describe, judgeable_reference
+from mhaspec.conformance.replay import Unjudgeable, describe, judge_vjp, judgeable_reference
 from mhaspec.usage import UsageError, checked_backend, one_line, printable
 
 
@@ -82,7 +82,6 @@ def replay_file(path, *, backend: str | None = None, recorded_backend: bool = Fa
 def _replay_vjp(path, meta: dict, run, case) -> int:
     """Replay a saved gradient case (op "attention_vjp") on the cell ``run``: 0 if every gradient
     conforms, 1 if not (or the backend raised)."""
-    from mhaspec.conformance.replay import Unjudgeable, judge_vjp
 
     print(f"replaying {printable(meta['clause'])} (attention_vjp) from {printable(path)} on "
           f"{printable(run.backend.name)} ({run.device}, {run.dtype})")
