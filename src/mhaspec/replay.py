@@ -82,7 +82,6 @@ def replay_file(path, *, backend: str | None = None, recorded_backend: bool = Fa
 def _replay_vjp(path, meta: dict, run, case) -> int:
     """Replay a saved gradient case (op "attention_vjp") on the cell ``run``: 0 if every gradient
     conforms, 1 if not (or the backend raised)."""
-
     print(f"replaying {printable(meta['clause'])} (attention_vjp) from {printable(path)} on "
           f"{printable(run.backend.name)} ({run.device}, {run.dtype})")
     try:
