@@ -58,10 +58,11 @@ from __future__ import annotations
 
 import copy
 
+from . import autodiff_vjp
 from ._base import AttentionOutputs, MHAParams
-from ._generic import MaskArgs
-from ._validate import REJECTION_CLAUSES, Arg, Dims, Features, sdpa_dims
+from ._validate import REJECTION_CLAUSES, Features
 from .algorithms import ALGORITHMS, Algorithm
+from .calls import LEFT_TO_LIBRARY, MaskArgs
 from .jax_backend import JaxBackend
 from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
@@ -70,10 +71,6 @@ from .torch_backend import TorchBackend
 __all__ = ["Features", "JaxAdapter", "LEFT_TO_LIBRARY", "MaskArgs", "NativeAdapter",
            "NumpyAdapter", "TensorFlowAdapter", "TorchAdapter"]
 
-#: clause -> (the argument an adapter may pass to its library unchecked, the capability that
-#: needs; ``library_validates``): the clauses whose checks are that one argument's own
-LEFT_TO_LIBRARY = {"SOFTCAP-2": ("softcap", "softcap"), "ERR-10": ("scale", "errors"),
-                   "GQA-2": ("k", "gqa")}
 
 #: The spec's projections around an op's attention (the batched form, MHA-2): ``split``,
 #: ``linear``, ``combine`` of the batched algorithm's stateless object.
@@ -102,8 +99,12 @@ class NativeAdapter:
     library_validates: frozenset[str] = frozenset()
 
     def __init__(self, name: str):
-        # no algorithm: the op computes; the projections around it are PROJECTIONS'
+        # the op computes; the projections around it and the masks are PROJECTIONS'
         self.name = name
+        self._algorithm = PROJECTIONS
+        # the op's own backward: the framework's autodiff through it (NumPy has none: the
+        # NotImplementedError of a backend without "grad")
+        self.backward = autodiff_vjp.attention_vjp
         self.translated = frozenset(self.conventions)
         unknown = sorted(set(self.library_validates) - set(LEFT_TO_LIBRARY))
         if unknown:
@@ -119,6 +120,12 @@ class NativeAdapter:
                              f"automatic differentiation: implement attention_vjp(q, k, v, "
                              f"d_output, *, d_lse=None, bias_grad=False, **kwargs) (a hand-written "
                              f"backward, docs/backends.md) or do not claim it")
+
+    @property
+    def algorithm(self) -> None:
+        """None, read-only: the op computes (the masks and projections around it are
+        PROJECTIONS')."""
+        return None
 
     @property
     def validated_clauses(self) -> frozenset[str]:
@@ -154,11 +161,12 @@ class NativeAdapter:
         :meth:`attention`, with ``num_kv_heads`` g key/value heads (MHA-6)."""
         g = num_heads if num_kv_heads is None else num_kv_heads
         split, linear = PROJECTIONS.split, PROJECTIONS.linear
-        q = split(self, linear(self, query, params.w_q, params.b_q), num_heads)
-        k = split(self, linear(self, key, params.w_k, params.b_k), g)
-        v = split(self, linear(self, value, params.w_v, params.b_v), g)
+        q = split(self.ops, linear(self.ops, query, params.w_q, params.b_q), num_heads)
+        k = split(self.ops, linear(self.ops, key, params.w_k, params.b_k), g)
+        v = split(self.ops, linear(self.ops, value, params.w_v, params.b_v), g)
         out, weights = self.attention(q, k, v, masks)
-        return linear(self, PROJECTIONS.combine(self, out), params.w_o, params.b_o), weights
+        out = PROJECTIONS.combine(self.ops, out)
+        return linear(self.ops, out, params.w_o, params.b_o), weights
 
     def unsupported(self, what: str):
         """Raise ``NotImplementedError``: the op cannot express ``what``."""
@@ -214,30 +222,6 @@ class NativeAdapter:
         return NotImplemented
 
     # -- the framework backend's hooks, routed to the methods above ----------------------------
-    def _check_features(self, op: str, dims, features: dict, dtype: str, kv, causal) -> Features:
-        """The shared checks of the spec 1.2 arguments, but those of ``library_validates``: their
-        arguments pass as given."""
-        left = {arg: features[arg] for arg in self._left_to_library()
-                if features.get(arg) is not None}
-        checked = {n: x for n, x in features.items() if n not in left}
-        return super()._check_features(op, dims, checked, dtype, kv, causal)._replace(**left)
-
-    def _sdpa_dims(self, q: Arg, k: Arg, v: Arg) -> Dims:
-        """The shared checks of q, k, v, without GQA-2's head counts when it is left to the
-        library (``k`` and ``v`` then reach it with any head count)."""
-        return sdpa_dims(q, k, v, gqa="gqa" in self.capabilities,
-                         grouping="k" not in self._left_to_library())
-
-    def _scale(self, op: str, scale, d_k: int):
-        """A caller's ``scale`` as given when ERR-10 is left to the library, else checked."""
-        if scale is not None and "scale" in self._left_to_library():
-            return scale
-        return super()._scale(op, scale, d_k)
-
-    def _left_to_library(self) -> set[str]:
-        """The arguments ``library_validates`` passes to the op unchecked."""
-        return {LEFT_TO_LIBRARY[c][0] for c in self.library_validates}
-
     def _sdpa(self, q, k, v, masks: MaskArgs, feats: Features) -> AttentionOutputs:
         """A feature call through :meth:`attention_features` when it answers, else the generic
         path (features folded into ``masks``, then :meth:`attention`)."""

@@ -23,10 +23,10 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
     if feats.cached:
         primals.update(past_key=feats.past_key, past_value=feats.past_value)
     if feats.sinks is not None:
-        primals["sinks"] = backend._constant_as(feats.sinks, q)
+        primals["sinks"] = backend.ops.constant_as(feats.sinks, q)
     if bias_grad:
         primals["bias"] = masks.bias
-    b, h, len_q, _ = backend._shape(d_output)
+    b, h, len_q, _ = backend.ops.shape(d_output)
     with_lse = d_lse is not None
 
     def forward(x):
@@ -36,8 +36,10 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
                             f)
         if not with_lse:
             return res.output
-        return backend._concat([res.output, backend._reshape(res.lse, (b, h, len_q, 1))], axis=-1)
+        ops = backend.ops
+        return ops.concat([res.output, ops.reshape(res.lse, (b, h, len_q, 1))], axis=-1)
 
-    cotangent = (backend._concat([d_output, backend._reshape(d_lse, (b, h, len_q, 1))], axis=-1)
+    ops = backend.ops
+    cotangent = (ops.concat([d_output, ops.reshape(d_lse, (b, h, len_q, 1))], axis=-1)
                  if with_lse else d_output)
     return dict(backend._vjp(forward, primals, cotangent))

@@ -42,8 +42,8 @@ class LibraryCache:
         other feature calls as the adapter's base does them."""
         if not features.cached or features.lse:
             return super().attention_features(q, k, v, masks, features)
-        folded, index, options = self.cache_call(q, masks, features, self._shape(q)[2],
-                                                 self._shape(k)[2])
+        folded, index, options = self.cache_call(q, masks, features, self.ops.shape(q)[2],
+                                                 self.ops.shape(k)[2])
         return self.cached_attention(q, k, v, folded, features.past_key, features.past_value,
                                      index, **options)
 
@@ -63,40 +63,41 @@ class LibraryCache:
         if not features.cached or features.lse:
             return super().mha_features(query, key, value, p, num_heads, masks, features,
                                         num_kv_heads)
-        folded, index = self.fold_features(query, masks, features, self._shape(query)[1],
-                                           self._shape(key)[1])
+        folded, index = self.fold_features(query, masks, features, self.ops.shape(query)[1],
+                                           self.ops.shape(key)[1])
         g = num_heads if num_kv_heads is None else num_kv_heads
         split, linear = PROJECTIONS.split, PROJECTIONS.linear
-        q = split(self, linear(self, query, p.w_q, p.b_q), num_heads)
-        k = split(self, linear(self, key, p.w_k, p.b_k), g)
-        v = split(self, linear(self, value, p.w_v, p.b_v), g)
+        q = split(self.ops, linear(self.ops, query, p.w_q, p.b_q), num_heads)
+        k = split(self.ops, linear(self.ops, key, p.w_k, p.b_k), g)
+        v = split(self.ops, linear(self.ops, value, p.w_v, p.b_v), g)
         res = self.cached_attention(q, k, v, folded, features.past_key, features.past_value,
                                     index)
-        return res._replace(output=linear(self, PROJECTIONS.combine(self, res.output), p.w_o,
+        combined = PROJECTIONS.combine(self.ops, res.output)
+        return res._replace(output=linear(self.ops, combined, p.w_o,
                                           p.b_o))
 
     def _keys_last(self, x, index, fill: float):
         """x (B|1, h|1, L_q, L) -> (B, h', L_q, L'): ``Concat(x, fill)`` gathered by ``index``
         (B, L') along the last (key) axis."""
-        b = self._shape(index)[0]
-        shape = self._shape(x)
+        b = self.ops.shape(index)[0]
+        shape = self.ops.shape(x)
         x = ops_for(x).broadcast_to(x, (b, *shape[1:]))
-        extra = self._full((*self._shape(x)[:-1], 1), fill, x)
-        keys_second = self._transpose(self._concat([x, extra], axis=-1), (0, 1, 3, 2))
-        return self._transpose(self._take_keys(keys_second, index), (0, 1, 3, 2))
+        extra = self.ops.full((*self.ops.shape(x)[:-1], 1), fill, x)
+        keys_second = self.ops.transpose(self.ops.concat([x, extra], axis=-1), (0, 1, 3, 2))
+        return self.ops.transpose(self.ops.take_keys(keys_second, index), (0, 1, 3, 2))
 
     def to_library_layout(self, mask, index, blocked: float):
         """The call's ``attn_mask`` (B|1, h|1, L_q, L_K) in CACHE-1's layout -> the library's
         (B, h|1, L_q, L_past + L_k); ``blocked``: the value of a blocked entry (False or -inf).
         ``index``: the present-cache index (B, L_K) as NumPy."""
-        return self._keys_last(mask, self._constant(library_index(index), mask), blocked)
+        return self._keys_last(mask, self.ops.constant(library_index(index), mask), blocked)
 
     def from_library_layout(self, weights, present_key, present_value, index):
         """The library's weights (B, h, L_q, L_past + L_k) and present cache (B, g, L_past + L_k,
         d) -> CACHE-1's layout (invalid past entries dropped, zeros at the end)."""
-        at = self._constant(index, present_key)
+        at = self.ops.constant(index, present_key)
         present = []
         for x in (present_key, present_value):
-            zero = self._full((*self._shape(x)[:2], 1, self._shape(x)[3]), 0.0, x)
-            present.append(self._take_keys(self._concat([x, zero], axis=-2), at))
+            zero = self.ops.full((*self.ops.shape(x)[:2], 1, self.ops.shape(x)[3]), 0.0, x)
+            present.append(self.ops.take_keys(self.ops.concat([x, zero], axis=-2), at))
         return (None if weights is None else self._keys_last(weights, at, 0.0), *present)

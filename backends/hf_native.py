@@ -136,7 +136,7 @@ class HFBertSelfAttention(TransformersAdapter):
             mod = self.module(p, num_heads, query)
             attention_mask = self._attention_mask(len_q, len_k, query, masks)
             out, weights = self.attend(mod, query, key, value, attention_mask)
-            return PROJECTIONS.linear(self, out, p.w_o, p.b_o), weights
+            return PROJECTIONS.linear(self.ops, out, p.w_o, p.b_o), weights
 
     def attend(self, mod, query, key, value, attention_mask):
         """``BertSelfAttention.forward`` with keys and values projected from ``key`` and

@@ -11,6 +11,78 @@ from . import _jax_compile_budget as jax_budget
 from ._base import CAPABILITIES
 from ._generic import Algorithm, ArrayBackend, MaskArgs
 from .optional import jax_module, jnp_module
+from .primitives import Ops
+
+
+class JaxOps(Ops):
+    """The operations of jax (:mod:`.primitives`)."""
+
+    framework = "jax"
+
+    def dtype_name(self, x) -> str:
+        return str(x.dtype)
+
+    def matmul(self, a, b):
+        return jnp_module().matmul(a, b, precision=jax_module().lax.Precision.HIGHEST)
+
+    def transpose(self, x, axes):
+        return jnp_module().transpose(x, axes)
+
+    def reshape(self, x, shape):
+        return jnp_module().reshape(x, shape)
+
+    def exp(self, x):
+        return jnp_module().exp(x)
+
+    def max_last(self, x):
+        return jnp_module().max(x, axis=-1, keepdims=True)
+
+    def sum_last(self, x):
+        return jnp_module().sum(x, axis=-1, keepdims=True)
+
+    def where(self, cond, a, b: float):
+        return jnp_module().where(cond, a, jnp_module().asarray(b, dtype=a.dtype))
+
+    def isfinite(self, x):
+        return jnp_module().isfinite(x)
+
+    def concat(self, xs, axis: int):
+        return jnp_module().concatenate(xs, axis=axis)
+
+    def stack(self, xs, axis: int):
+        return jnp_module().stack(xs, axis=axis)
+
+    def constant(self, array: np.ndarray, like):
+        if isinstance(like, jax_module().core.Tracer):  # inside a compiled function: a traced constant
+            return jnp_module().asarray(array)
+        return jax_module().device_put(array, next(iter(like.devices())))  # no compilation per shape
+
+    def full(self, shape, value: float, like):
+        return jnp_module().full(shape, value, dtype=like.dtype)
+
+    def constant_as(self, array: np.ndarray, like):
+        return jnp_module().asarray(array, dtype=like.dtype)
+
+    def to_float32(self, x):
+        return x.astype(jnp_module().float32)
+
+    def cast_like(self, x, like):
+        return x.astype(like.dtype)
+
+    def tanh(self, x):
+        return jnp_module().tanh(x)
+
+    def log(self, x):
+        return jnp_module().log(x)
+
+    def take_keys(self, x, index):
+        index = jnp_module().reshape(index, (index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1))
+        return jnp_module().take_along_axis(x, index, axis=-2)
+
+    def vjp(self, fn, primals: dict, cotangent) -> dict:
+        """GRAD by ``jax.vjp`` over the dict of primals."""
+        _, pullback = jax_module().vjp(fn, primals)
+        return pullback(cotangent)[0]
 
 
 class JaxBackend(ArrayBackend):
@@ -18,9 +90,13 @@ class JaxBackend(ArrayBackend):
 
     framework = "jax"
     framework_label = "jax"
-    # "grad" by jax.vjp (_vjp), "gqa" in the generic algorithms; "deterministic" (DET-1) is not
+    ops = JaxOps()  # the default; adapters on this class share it
+    # "grad" by jax.vjp (ops.vjp), "gqa" in the generic algorithms; "deterministic" (DET-1) is not
     # claimed: jax-perhead gave other bits on a repeated call in one ci cell (spec 1.4, unresolved)
     capabilities = CAPABILITIES - {"deterministic"}
+
+    def __init__(self, algorithm, *, name: str | None = None, ops: Ops | None = None):
+        super().__init__(ops or type(self).ops, algorithm, name=name)
 
     def framework_version(self) -> str:
         return jax_module().__version__
@@ -55,76 +131,11 @@ class JaxBackend(ArrayBackend):
         platform = next(iter(x.devices())).platform
         return "cuda" if platform in ("gpu", "cuda") else platform
 
-    def _dtype_name(self, x) -> str:
-        return str(x.dtype)
-
-    def _matmul(self, a, b):
-        return jnp_module().matmul(a, b, precision=jax_module().lax.Precision.HIGHEST)
-
-    def _transpose(self, x, axes):
-        return jnp_module().transpose(x, axes)
-
-    def _reshape(self, x, shape):
-        return jnp_module().reshape(x, shape)
-
-    def _exp(self, x):
-        return jnp_module().exp(x)
-
-    def _max_last(self, x):
-        return jnp_module().max(x, axis=-1, keepdims=True)
-
-    def _sum_last(self, x):
-        return jnp_module().sum(x, axis=-1, keepdims=True)
-
-    def _where(self, cond, a, b: float):
-        return jnp_module().where(cond, a, jnp_module().asarray(b, dtype=a.dtype))
-
-    def _isfinite(self, x):
-        return jnp_module().isfinite(x)
-
-    def _concat(self, xs, axis: int):
-        return jnp_module().concatenate(xs, axis=axis)
-
-    def _stack(self, xs, axis: int):
-        return jnp_module().stack(xs, axis=axis)
-
-    def _constant(self, array: np.ndarray, like):
-        if isinstance(like, jax_module().core.Tracer):  # inside a compiled function: a traced constant
-            return jnp_module().asarray(array)
-        return jax_module().device_put(array, next(iter(like.devices())))  # no compilation per shape
-
-    def _full(self, shape, value: float, like):
-        return jnp_module().full(shape, value, dtype=like.dtype)
-
-    def _constant_as(self, array: np.ndarray, like):
-        return jnp_module().asarray(array, dtype=like.dtype)
-
-    def _to_float32(self, x):
-        return x.astype(jnp_module().float32)
-
-    def _cast_like(self, x, like):
-        return x.astype(like.dtype)
-
-    def _tanh(self, x):
-        return jnp_module().tanh(x)
-
-    def _log(self, x):
-        return jnp_module().log(x)
-
-    def _take_keys(self, x, index):
-        index = jnp_module().reshape(index, (index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1))
-        return jnp_module().take_along_axis(x, index, axis=-2)
-
-    def _vjp(self, fn, primals: dict, cotangent) -> dict:
-        """GRAD by ``jax.vjp`` over the dict of primals."""
-        _, pullback = jax_module().vjp(fn, primals)
-        return pullback(cotangent)[0]
-
-
 class JitJaxBackend(JaxBackend):
     """An algorithm (by default the batched one, MHA-2) compiled with ``jax.jit``, one function
     per operation (``_attention``, ``_multi_head``). Masks are passed in canonical full form
-    (:meth:`ArrayBackend._canonical_masks`), so each shape and dtype compiles once; the
+    (:meth:`.algorithms.AttentionAlgorithm.canonical_masks`), so each shape and dtype compiles
+    once; the
     :class:`MaskArgs` travel as one pytree, ``num_heads``, ``num_kv_heads`` and ``lse`` are
     static. Spec 1.2 calls compile once per shape and feature set: the structural mask and ALiBi
     are in the canonical mask and bias, the soft-cap is traced and a KV cache travels as a
@@ -142,17 +153,19 @@ class JitJaxBackend(JaxBackend):
         return self._compiled[key]
 
     def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
-        full = (*self._shape(q)[:3], self._shape(k)[2])
+        full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
         return self._compile("attention", super()._attention, ("lse",))(
-            q, k, v, self._canonical_masks(q, full, masks), lse=lse)
+            q, k, v, self.algorithm_object.canonical_masks(self.ops, q, full, masks), lse=lse)
 
     def _multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
                     lse=False, cache=None):
-        len_all = self._shape(key)[1] + (0 if cache is None else self._shape(cache.past_key)[2])
-        full = (self._shape(query)[0], num_heads, self._shape(query)[1], len_all)
+        shape = self.ops.shape
+        len_all = shape(key)[1] + (0 if cache is None else shape(cache.past_key)[2])
+        full = (self.ops.shape(query)[0], num_heads, self.ops.shape(query)[1], len_all)
         return self._compile("mha", super()._multi_head, ("num_heads", "num_kv_heads", "lse"))(
             query, key, value, p, num_heads=num_heads,
-            masks=self._canonical_masks(query, full, masks), num_kv_heads=num_kv_heads, lse=lse,
+            masks=self.algorithm_object.canonical_masks(self.ops, query, full, masks),
+            num_kv_heads=num_kv_heads, lse=lse,
             cache=cache)
 
 

@@ -88,7 +88,7 @@ class JaxDPA(JaxAdapter):
     def attention_features(self, q, k, v, m: MaskArgs, features):
         """Windows, segments and lengths as the op's ``local_window_size`` and sequence lengths
         where exact, else ``NotImplemented`` (the generic path folds them into ``mask``)."""
-        native = native_arguments(m, features, self._shape(q)[2], self._shape(k)[2])
+        native = native_arguments(m, features, self.ops.shape(q)[2], self.ops.shape(k)[2])
         if native is None:
             return NotImplemented
         causal, window, q_len, kv_len = native
@@ -103,8 +103,8 @@ class JaxDPA(JaxAdapter):
 
     def _native_sdpa(self, q, k, v, m: MaskArgs, *, window=None, q_len=None, kv_len=None):
         jax, jnp = jax_module(), jnp_module()
-        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
-        d_k, d_v = self._shape(q)[3], self._shape(v)[3]
+        len_q, len_k = self.ops.shape(q)[2], self.ops.shape(k)[2]
+        d_k, d_v = self.ops.shape(q)[3], self.ops.shape(v)[3]
         is_causal = self.native_causal(m.causal, len_q, len_k)
         allowed = masks.allowed_mask(len_q, len_k, like=q, mask=m.mask,
                                      key_padding_mask=m.key_padding_mask,
@@ -159,7 +159,7 @@ class JitJaxDPA(JaxDPA):
                                       static_argnames=("causal", "scale", "window"))
         _jax_compile_budget.tick(jax_module())
         jnp = jnp_module()
-        full = (*self._shape(q)[:3], self._shape(k)[2])
+        full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
         arrays = m._replace(causal=None, scale=None,
                             **{n: _broadcast(getattr(m, n), full)
                                for n in ("mask", "bias", "legacy_mask")})

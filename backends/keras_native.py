@@ -39,7 +39,7 @@ import functools
 import os
 import warnings
 
-from . import layouts, masks
+from . import calls, layouts, masks
 from ._base import MHAParams
 from .adapters import MaskArgs, TensorFlowAdapter
 from .optional import tf_module
@@ -91,7 +91,7 @@ class KerasMHA(TensorFlowAdapter):
 
     def _layer(self, p: MHAParams, num_heads: int, query, key, value):
         keras, tf = keras_module(), tf_module()
-        hd_k, (hd_v, d_out) = self._shape(p.w_q)[1], self._shape(p.w_o)
+        hd_k, (hd_v, d_out) = self.ops.shape(p.w_q)[1], self.ops.shape(p.w_o)
         layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=hd_k // num_heads,
                                                 value_dim=hd_v // num_heads, output_shape=d_out,
                                                 use_bias=layouts.has_bias(p),
@@ -117,7 +117,7 @@ class KerasMHA(TensorFlowAdapter):
         kernels and biases (the variables holding the spec's parameters), mapped back to the
         spec's layout (:func:`.layouts.from_einsum`: kernels and biases reshaped)."""
         tf = tf_module()
-        call = self._mha_call(query, key, value, params, num_heads, mask, bias, legacy_mask,
+        call = calls.mha_call(self, query, key, value, params, num_heads, mask, bias, legacy_mask,
                               key_padding_mask, causal, scale, num_kv_heads)
         x = {n: tf.identity(t) for n, t in (("query", query), ("key", key), ("value", value))}
         with tf.GradientTape() as tape:
@@ -144,18 +144,18 @@ class KerasMHA(TensorFlowAdapter):
             self.unsupported("an additive 'bias' (the layer has no additive logit term)")
         if m.legacy_mask is not None:
             self.unsupported("the additive 'legacy_mask' (the layer has no additive logit term)")
-        d_k = self._shape(p.w_q)[1] // num_heads
+        d_k = self.ops.shape(p.w_q)[1] // num_heads
         if not masks.is_default_scale(m.scale, d_k):
             self.unsupported(f"scale = {m.scale!r} (it always uses 1/sqrt(d_k) = "
                              f"{1 / d_k ** 0.5!r})")
-        b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
+        b, len_q, len_k = self.ops.shape(query)[0], self.ops.shape(query)[1], self.ops.shape(key)[1]
         use_causal = self.native_causal(m.causal, len_q, len_k)
         allowed = masks.allowed_mask(len_q, len_k, like=query, mask=m.mask,
                                      key_padding_mask=m.key_padding_mask,
                                      causal=None if use_causal else m.causal)
         attention_mask = None
         if allowed is not None:  # (B, L_q, L_k) without a head axis, else (B, h, L_q, L_k)
-            if self._shape(allowed)[1] == 1:
+            if self.ops.shape(allowed)[1] == 1:
                 attention_mask = tf.broadcast_to(allowed, (b, 1, len_q, len_k))[:, 0]
             else:
                 attention_mask = tf.broadcast_to(allowed, (b, num_heads, len_q, len_k))

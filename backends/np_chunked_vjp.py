@@ -4,7 +4,7 @@ FlashAttention-2's algorithm, with memory bounded in L.
 Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new keys, L_past cached
 keys, L_K = L_past + L_k keys attended, d_k / d_v per-head widths.
 
-The forward pass (:func:`np_chunked.blockwise_attention`) runs first and keeps only the output O
+The forward pass (:func:`blockwise_attention`) runs first and keeps only the output O
 and the per-row log-sum-exp (with the sink, SINK-1). Then ``D = rowsum(dO * O)`` once, and per head,
 query block and key block the logits are recomputed exactly as the forward computes them (scale,
 soft-cap, additive terms, ALiBi, masks, block by block) and::
@@ -24,27 +24,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import algorithms, np_chunked, np_vjp
+from . import algorithms, np_vjp
+from .np_blockwise import Blocks, blockwise_attention
 from .np_vjp import Grads
 
 
-def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats) -> dict:
+def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats,
+                  bias_grad: bool = False) -> dict:
     """The gradients of a validated call of the chunked backend (``masks``: ``MaskArgs``,
     ``feats``: ``Features``): its masks kept per block (``fold_features``), the present cache
     laid out (CACHE-1), the forward pass for O and lse, then :func:`blockwise_vjp`."""
     len_q, len_k = q.shape[2], k.shape[2]
     masks, index = backend.fold_features(q, masks, feats, len_q, len_k)
-    masks = masks._replace(mask=np_chunked.block_allowed(backend, q, k, masks),
+    allowed = backend.algorithm_object.block_allowed(backend.ops, q, k, masks)
+    masks = masks._replace(mask=allowed,
                            key_padding_mask=None, causal=None)
     k_all, v_all = k, v
     if feats.cached:
-        k_all = algorithms.present(backend, feats.past_key, k, index)
-        v_all = algorithms.present(backend, feats.past_value, v, index)
+        k_all = algorithms.present(backend.ops, feats.past_key, k, index)
+        v_all = algorithms.present(backend.ops, feats.past_value, v, index)
     work = np.promote_types(q.dtype, np.float32)
     q_w, k_w, v_w = (np.asarray(x, dtype=work) for x in (q, k_all, v_all))
     blocks = backend.blocks_for(q_w, k_w, alibi=masks.alibi is not None)
-    additive = backend._additive(masks.bias, masks.legacy_mask)
-    out, lse = np_chunked.blockwise_attention(
+    additive = backend.algorithm_object.additive(backend.ops, masks.bias, masks.legacy_mask)
+    out, lse = blockwise_attention(
         q_w, k_w, v_w, scale=masks.scale, allowed=masks.mask, additive=additive,
         alibi=masks.alibi, softcap=masks.softcap, lse=True, blocks=blocks, sinks=feats.sinks)
     grads = blockwise_vjp(q_w, k_w, v_w, out, lse, np.asarray(d_output, dtype=work),
@@ -56,10 +59,10 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats) -> dict:
 
 
 def blockwise_vjp(q, k, v, out, lse, d_out, d_lse, *, scale: float, allowed=None, additive=(),
-                  alibi=None, softcap=None, sinks=None, blocks: np_chunked.Blocks) -> Grads:
+                  alibi=None, softcap=None, sinks=None, blocks: Blocks) -> Grads:
     """q (B, h, L_q, d_k), k (B, g, L_K, d_k), v (B, g, L_K, d_v), out (B, h, L_q, d_v) and lse
     (B, h, L_q) of the forward pass, d_out like out, d_lse like lse or None; masks as
-    :func:`np_chunked.blockwise_attention` takes them; sinks (h,) or None -> :class:`Grads`."""
+    :func:`blockwise_attention` takes them; sinks (h,) or None -> :class:`Grads`."""
     b, h, len_q, _ = q.shape
     g, len_k = k.shape[1], k.shape[2]
     dt = q.dtype.type

@@ -35,21 +35,23 @@ class Grads(NamedTuple):
     d_scores: np.ndarray | None
 
 
-def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bool, *,
-                  per_head: bool) -> dict:
+def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bool) -> dict:
     """The gradients of a validated call of a NumPy ``ArrayBackend`` (``masks``: ``MaskArgs``,
     ``feats``: ``Features``): the features folded into one allowed mask and the additive terms
-    exactly as the forward pass folds them (``fold_features``), then :func:`dense_vjp`."""
+    exactly as the forward pass folds them (``fold_features``), then :func:`dense_vjp` (head by
+    head for the per-head algorithm)."""
     len_q, len_k = q.shape[2], k.shape[2]
     masks, index = backend.fold_features(q, masks, feats, len_q, len_k)
     k_all, v_all = k, v
     if feats.cached:
-        index = None if index is None else backend._constant(index, q)
-        k_all = algorithms.present(backend, feats.past_key, k, index)
-        v_all = algorithms.present(backend, feats.past_value, v, index)
-    grads = dense_vjp(q, k_all, v_all, d_output, d_lse, masks.mask,
-                      backend._additive_terms(masks), masks.scale, masks.softcap, feats.sinks,
-                      per_head=per_head, scores=bias_grad)
+        index = None if index is None else backend.ops.constant(index, q)
+        k_all = algorithms.present(backend.ops, feats.past_key, k, index)
+        v_all = algorithms.present(backend.ops, feats.past_value, v, index)
+    additive = backend.algorithm_object.additive_terms(backend.ops, masks)
+    grads = dense_vjp(q, k_all, v_all, d_output, d_lse, masks.mask, additive, masks.scale,
+                      masks.softcap, feats.sinks,
+                      per_head=backend.algorithm is algorithms.Algorithm.PER_HEAD,
+                      scores=bias_grad)
     return gradient_dict(q.dtype, grads, feats, len_k, bias=masks.bias if bias_grad else None)
 
 

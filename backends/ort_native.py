@@ -253,7 +253,7 @@ class OrtAttention(LibraryCache, NumpyAdapter):
     def attention(self, q, k, v, m: MaskArgs, kv_lengths=None):
         """q (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v), g dividing h, optional
         int64 ``kv_lengths`` (B,) -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k))."""
-        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
+        len_q, len_k = self.ops.shape(q)[2], self.ops.shape(k)[2]
         is_causal = self.native_causal(m.causal, len_q, len_k)
         attn_mask = self._attn_mask(q, len_k, m, None if is_causal else m.causal)
         return self._node(q, k, v, m, attn_mask, is_causal, kv_lengths=kv_lengths)
@@ -263,8 +263,8 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         """Run one node: ``attn_mask`` (rank 4, over the node's L_past + L_k keys) or None,
         ``past`` = (past_key, past_value) or None -> [Y, W] or [Y, W, present_key,
         present_value] in the node's own layout (present = Concat(past, K))."""
-        b, h, len_q, d_k = self._shape(q)
-        len_all = self._shape(k)[2] + (self._shape(past[0])[2] if past is not None else 0)
+        b, h, len_q, d_k = self.ops.shape(q)
+        len_all = self.ops.shape(k)[2] + (self.ops.shape(past[0])[2] if past is not None else 0)
         scale = None if masks.is_default_scale(m.scale, d_k) else m.scale
         feeds = {"Q": q, "K": k, "V": v}
         mask_sig = None
@@ -309,7 +309,7 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         cache, the layouts coincide). The node sees every past entry, so the mask is scattered
         into its layout, where entries past ``past_lengths[b]`` stay blocked, and its weights and
         present cache are gathered back. -> :class:`AttentionOutputs` without lse."""
-        attn_mask = self._attn_mask(q, self._shape(k)[2] + self._shape(past_key)[2], m, None,
+        attn_mask = self._attn_mask(q, self.ops.shape(k)[2] + self.ops.shape(past_key)[2], m, None,
                                     extra=m.alibi)
         if index is not None:
             attn_mask = self.to_library_layout(attn_mask, index,
@@ -324,7 +324,7 @@ class OrtAttention(LibraryCache, NumpyAdapter):
     def _attn_mask(self, q, len_k: int, m: MaskArgs, causal, extra=None):
         """The one ``attn_mask`` of the node: boolean (True = may attend) or float in q's dtype
         (-inf where blocked), rank 4, or None; ``extra``: one more additive term (ALiBi)."""
-        allowed = masks.allowed_mask(self._shape(q)[2], len_k, like=q, mask=m.mask,
+        allowed = masks.allowed_mask(self.ops.shape(q)[2], len_k, like=q, mask=m.mask,
                                      key_padding_mask=m.key_padding_mask, causal=causal)
         additive = masks.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
         if extra is not None:

@@ -4,8 +4,8 @@ Axis legend: B batch, h heads, L_q queries, d_v value width, n states merged, T 
 tokens (the ``"tokens"`` lse layout).
 
 :func:`merge_states` validates a call (MERGE-6) and merges over the array primitives of
-:class:`~.primitives.ArrayPrimitives` (``ops``: any object with them, e.g. an
-:class:`~._generic.ArrayBackend`), so every framework shares it: the states' lses are stacked on a
+:class:`~.primitives.Ops` (``ops``: a framework's operations, an
+:class:`~._generic.ArrayBackend`'s ``ops``), so every framework shares it: the states' lses are stacked on a
 last axis and reduced with their maximum subtracted, a row whose every lse is -inf keeps weight 0
 (no ``-inf - -inf``), and a sink is one more term with no value (MERGE-4). float16 and bfloat16
 states are merged in float32 and the result rounded once, as the peers' kernels do.
@@ -39,19 +39,19 @@ def merge_states(ops, outputs, lses, *, sinks=None, lse_base: str = "e", empty_l
     conventions = {"lse_base": lse_base, "empty_lse": empty_lse, "lse_layout": lse_layout}
     outputs, lses = check_call(ops, outputs, lses, sinks, conventions)
     like = outputs[0]
-    b, h, l_q, d_v = ops._shape(like)
-    narrow = ops._dtype_name(like) in ("float16", "bfloat16")
-    wide = (lambda x: ops._to_float32(x)) if narrow else (lambda x: x)
+    b, h, l_q, d_v = ops.shape(like)
+    narrow = ops.dtype_name(like) in ("float16", "bfloat16")
+    wide = (lambda x: ops.to_float32(x)) if narrow else (lambda x: x)
     outs = [wide(o) for o in outputs]
     nat = [_to_natural(ops, wide(x), b, l_q, conventions) for x in lses]
     if sinks is not None:  # MERGE-4: the sink's term, once, after the states
-        zeros = ops._full((b, h, l_q), 0.0, outs[0])
-        nat.append(zeros + ops._reshape(wide(ops._cast_like(sinks, like)), (1, h, 1)))
-        outs.append(ops._full((b, h, l_q, d_v), 0.0, outs[0]))
+        zeros = ops.full((b, h, l_q), 0.0, outs[0])
+        nat.append(zeros + ops.reshape(wide(ops.cast_like(sinks, like)), (1, h, 1)))
+        outs.append(ops.full((b, h, l_q, d_v), 0.0, outs[0]))
     out, lse = _merge(ops, outs, nat, (b, h, l_q, d_v))
     lse = _from_natural(ops, lse, b, h, l_q, conventions)
     if narrow:
-        out, lse = ops._cast_like(out, like), ops._cast_like(lse, like)
+        out, lse = ops.cast_like(out, like), ops.cast_like(lse, like)
     return out, lse
 
 
@@ -59,26 +59,26 @@ def _merge(ops, outs: list, nat: list, shape: tuple[int, int, int, int]):
     """The union of states with natural lses (B, h, L_q), -inf on empty rows: (out, lse)."""
     b, h, l_q, d_v = shape
     n = len(nat)
-    stacked = ops._stack(nat, -1)  # (B, h, L_q, n)
-    top = ops._max_last(stacked)  # (B, h, L_q, 1); -inf on a row empty in every state
-    seen = ops._isfinite(top)
-    top = ops._where(seen, top, 0.0)
-    weights = ops._exp(stacked - top)  # exp(-inf) = 0 for an empty state's row
-    total = ops._sum_last(weights)  # >= 1 on a row some state sees, 0 otherwise
-    safe = ops._where(seen, total, 1.0)
+    stacked = ops.stack(nat, -1)  # (B, h, L_q, n)
+    top = ops.max_last(stacked)  # (B, h, L_q, 1); -inf on a row empty in every state
+    seen = ops.isfinite(top)
+    top = ops.where(seen, top, 0.0)
+    weights = ops.exp(stacked - top)  # exp(-inf) = 0 for an empty state's row
+    total = ops.sum_last(weights)  # >= 1 on a row some state sees, 0 otherwise
+    safe = ops.where(seen, total, 1.0)
     coeff = weights / safe  # (B, h, L_q, n)
-    out = ops._matmul(ops._stack(outs, -1), ops._reshape(coeff, (b, h, l_q, n, 1)))
-    lse = ops._where(seen, top + ops._log(safe), -math.inf)
-    return ops._reshape(out, (b, h, l_q, d_v)), ops._reshape(lse, (b, h, l_q))
+    out = ops.matmul(ops.stack(outs, -1), ops.reshape(coeff, (b, h, l_q, n, 1)))
+    lse = ops.where(seen, top + ops.log(safe), -math.inf)
+    return ops.reshape(out, (b, h, l_q, d_v)), ops.reshape(lse, (b, h, l_q))
 
 
 def _to_natural(ops, lse, b: int, l_q: int, conventions: Mapping[str, str]):
     """A call's lse (MERGE-3) as LSE-1's: (B, h, L_q), natural, -inf on an empty row."""
     if conventions["lse_layout"] == "tokens":
-        h = ops._shape(lse)[0]
-        lse = ops._transpose(ops._reshape(lse, (h, b, l_q)), (1, 0, 2))
+        h = ops.shape(lse)[0]
+        lse = ops.transpose(ops.reshape(lse, (h, b, l_q)), (1, 0, 2))
     if conventions["empty_lse"] == "+inf":
-        lse = ops._where(lse != math.inf, lse, -math.inf)
+        lse = ops.where(lse != math.inf, lse, -math.inf)
     if conventions["lse_base"] == "2":
         lse = lse * math.log(2.0)
     return lse
@@ -89,9 +89,9 @@ def _from_natural(ops, lse, b: int, h: int, l_q: int, conventions: Mapping[str, 
     if conventions["lse_base"] == "2":
         lse = lse / math.log(2.0)
     if conventions["empty_lse"] == "+inf":
-        lse = ops._where(lse != -math.inf, lse, math.inf)
+        lse = ops.where(lse != -math.inf, lse, math.inf)
     if conventions["lse_layout"] == "tokens":
-        lse = ops._reshape(ops._transpose(lse, (1, 0, 2)), (h, b * l_q))
+        lse = ops.reshape(ops.transpose(lse, (1, 0, 2)), (h, b * l_q))
     return lse
 
 
@@ -141,7 +141,7 @@ def _sequence(name: str, value) -> list:
 def _described(ops, name: str, x) -> tuple[tuple[int, ...], str]:
     """(shape, dtype name) of an array argument, or ValueError naming it."""
     _validate.require_array(OP, name, x)
-    return tuple(ops._shape(x)), ops._dtype_name(x)
+    return tuple(ops.shape(x)), ops.dtype_name(x)
 
 
 def conventions_of(backend) -> dict[str, tuple[str, ...]]:
@@ -171,8 +171,8 @@ def paged_attention(backend, q, k_pages, v_pages, block_table, seq_lens, query_s
     input: ValueError naming the argument (PAGE-4)."""
     table, lengths, starts = check_paged(backend, q, k_pages, v_pages, block_table, seq_lens,
                                          query_start_loc, causal)
-    t, h, _ = backend._shape(q)
-    num_pages, size, g, _ = backend._shape(k_pages)
+    t, h, _ = backend.ops.shape(q)
+    num_pages, size, g, _ = backend.ops.shape(k_pages)
     flat_k = _flat(backend, k_pages)  # (1, g, P * S, d_k)
     flat_v = _flat(backend, v_pages)
     parts = []
@@ -181,17 +181,17 @@ def paged_attention(backend, q, k_pages, v_pages, block_table, seq_lens, query_s
         if n == 0:
             continue
         j = np.arange(int(lengths[b]))
-        index = backend._constant((table[b, j // size] * size + j % size)[None], flat_k)
-        k = backend._take_keys(flat_k, index)  # (1, g, L_b, d_k)
-        v = backend._take_keys(flat_v, index)
+        index = backend.ops.constant((table[b, j // size] * size + j % size)[None], flat_k)
+        k = backend.ops.take_keys(flat_k, index)  # (1, g, L_b, d_k)
+        v = backend.ops.take_keys(flat_v, index)
         rows = q[int(starts[b]):int(starts[b + 1])]
-        qb = backend._reshape(backend._transpose(rows, (1, 0, 2)), (1, h, n, -1))
+        qb = backend.ops.reshape(backend.ops.transpose(rows, (1, 0, 2)), (1, h, n, -1))
         out, _ = backend.scaled_dot_product_attention(
             qb, k, v, causal="bottom_right" if causal else None, scale=scale)
-        parts.append(backend._transpose(backend._reshape(out, backend._shape(out)[1:]),
+        parts.append(backend.ops.transpose(backend.ops.reshape(out, backend.ops.shape(out)[1:]),
                                         (1, 0, 2)))
-    return backend._concat(parts, 0) if parts else backend._full(
-        (0, h, backend._shape(v_pages)[3]), 0.0, q)
+    return backend.ops.concat(parts, 0) if parts else backend.ops.full(
+        (0, h, backend.ops.shape(v_pages)[3]), 0.0, q)
 
 
 def write_pages(backend, k_pages, v_pages, k, v, slot_mapping):
@@ -199,32 +199,32 @@ def write_pages(backend, k_pages, v_pages, k, v, slot_mapping):
     ``slot_mapping[n]`` (page slot // S, position slot % S), every other slot unchanged (PAGE-3);
     the inputs are not modified (INPUT-1). Invalid input: ValueError naming the argument."""
     slots = check_write(backend, k_pages, v_pages, k, v, slot_mapping)
-    num_pages, size, g, _ = backend._shape(k_pages)
+    num_pages, size, g, _ = backend.ops.shape(k_pages)
     source = np.arange(num_pages * size)
     source[slots] = num_pages * size + np.arange(len(slots))  # a written slot reads its token
     written = []
     for pages, new in ((k_pages, k), (v_pages, v)):
-        d = backend._shape(pages)[3]
-        both = backend._concat([_flat(backend, pages), backend._reshape(
-            backend._transpose(new, (1, 0, 2)), (1, g, len(slots), d))], 2)
-        taken = backend._take_keys(both, backend._constant(source[None], both))
-        written.append(backend._reshape(backend._transpose(
-            backend._reshape(taken, (g, num_pages, size, d)), (1, 2, 0, 3)),
+        d = backend.ops.shape(pages)[3]
+        both = backend.ops.concat([_flat(backend, pages), backend.ops.reshape(
+            backend.ops.transpose(new, (1, 0, 2)), (1, g, len(slots), d))], 2)
+        taken = backend.ops.take_keys(both, backend.ops.constant(source[None], both))
+        written.append(backend.ops.reshape(backend.ops.transpose(
+            backend.ops.reshape(taken, (g, num_pages, size, d)), (1, 2, 0, 3)),
             (num_pages, size, g, d)))
     return written[0], written[1]
 
 
 def _flat(backend, pages):
     """(P, S, g, d) -> (1, g, P * S, d): slot p * S + s on the key axis."""
-    num_pages, size, g, d = backend._shape(pages)
-    return backend._reshape(backend._transpose(backend._reshape(pages, (num_pages * size, g, d)),
+    num_pages, size, g, d = backend.ops.shape(pages)
+    return backend.ops.reshape(backend.ops.transpose(backend.ops.reshape(pages, (num_pages * size, g, d)),
                                                (1, 0, 2)), (1, g, num_pages * size, d))
 
 
 def _ints(backend, op: str, name: str, x, shape: tuple | None = None) -> np.ndarray:
     """An integer array argument as NumPy, or ValueError naming it."""
     _validate.require_array(op, name, x)
-    kind = backend._dtype_name(x)
+    kind = backend.ops.dtype_name(x)
     if not kind.startswith(("int", "uint")):
         _validate.fail(op, f"argument '{name}' must be an integer array, got {kind}")
     got = np.asarray(backend.to_numpy(x)).astype(np.int64)
@@ -238,7 +238,7 @@ def _pages(backend, op: str, k_pages, v_pages) -> tuple[int, int, int, str]:
     shapes = {}
     for name, x in (("k_pages", k_pages), ("v_pages", v_pages)):
         _validate.require_array(op, name, x)
-        shapes[name] = tuple(backend._shape(x))
+        shapes[name] = tuple(backend.ops.shape(x))
         if len(shapes[name]) != 4:
             _validate.fail(op, f"argument '{name}' must have rank 4 (P, S, g, d), got shape "
                                f"{shapes[name]}")
@@ -249,10 +249,10 @@ def _pages(backend, op: str, k_pages, v_pages) -> tuple[int, int, int, str]:
     if (pv, gv) != (p, g):
         _validate.fail(op, f"argument 'v_pages' must have k_pages' pages and heads {(p, g)}, got "
                            f"{(pv, gv)}")
-    dtype = backend._dtype_name(k_pages)
-    if dtype not in FLOAT_DTYPES or backend._dtype_name(v_pages) != dtype:
+    dtype = backend.ops.dtype_name(k_pages)
+    if dtype not in FLOAT_DTYPES or backend.ops.dtype_name(v_pages) != dtype:
         _validate.fail(op, f"argument 'v_pages' must have k_pages' floating dtype ({dtype}), got "
-                           f"{backend._dtype_name(v_pages)}")
+                           f"{backend.ops.dtype_name(v_pages)}")
     return p, s, g, dtype
 
 
@@ -262,13 +262,13 @@ def check_paged(backend, q, k_pages, v_pages, block_table, seq_lens, query_start
     op = PAGE_OP
     p, s, g, dtype = _pages(backend, op, k_pages, v_pages)
     _validate.require_array(op, "q", q)
-    shape = tuple(backend._shape(q))
-    if len(shape) != 3 or shape[2] != backend._shape(k_pages)[3] or shape[1] % g:
-        _validate.fail(op, f"argument 'q' must be (T, h, d_k) with d_k = {backend._shape(k_pages)[3]} "
+    shape = tuple(backend.ops.shape(q))
+    if len(shape) != 3 or shape[2] != backend.ops.shape(k_pages)[3] or shape[1] % g:
+        _validate.fail(op, f"argument 'q' must be (T, h, d_k) with d_k = {backend.ops.shape(k_pages)[3]} "
                            f"and h a multiple of g = {g}, got shape {shape}")
-    if backend._dtype_name(q) != dtype:
+    if backend.ops.dtype_name(q) != dtype:
         _validate.fail(op, f"argument 'q' must have the pages' dtype ({dtype}), got "
-                           f"{backend._dtype_name(q)}")
+                           f"{backend.ops.dtype_name(q)}")
     table = _ints(backend, op, "block_table", block_table)
     if table.ndim != 2:
         _validate.fail(op, f"argument 'block_table' must be (B, M), got shape {table.shape}")
@@ -296,14 +296,14 @@ def check_write(backend, k_pages, v_pages, k, v, slot_mapping) -> np.ndarray:
     p, s, g, dtype = _pages(backend, op, k_pages, v_pages)
     for name, x, pages in (("k", k, k_pages), ("v", v, v_pages)):
         _validate.require_array(op, name, x)
-        want = (g, backend._shape(pages)[3])
-        got = tuple(backend._shape(x))
-        if len(got) != 3 or got[1:] != want or backend._dtype_name(x) != dtype:
+        want = (g, backend.ops.shape(pages)[3])
+        got = tuple(backend.ops.shape(x))
+        if len(got) != 3 or got[1:] != want or backend.ops.dtype_name(x) != dtype:
             _validate.fail(op, f"argument '{name}' must be (N, g, d) = (N, {want[0]}, {want[1]}) "
-                               f"of dtype {dtype}, got shape {got}, {backend._dtype_name(x)}")
-    n = backend._shape(k)[0]
-    if backend._shape(v)[0] != n:
-        _validate.fail(op, f"argument 'v' must hold k's {n} tokens, got {backend._shape(v)[0]}")
+                               f"of dtype {dtype}, got shape {got}, {backend.ops.dtype_name(x)}")
+    n = backend.ops.shape(k)[0]
+    if backend.ops.shape(v)[0] != n:
+        _validate.fail(op, f"argument 'v' must hold k's {n} tokens, got {backend.ops.shape(v)[0]}")
     slots = _ints(backend, op, "slot_mapping", slot_mapping, (n,))
     if slots.size and (slots.min() < 0 or slots.max() >= p * s or len(set(slots.tolist())) < n):
         _validate.fail(op, f"argument 'slot_mapping' must hold distinct slots in [0, P * S) = "

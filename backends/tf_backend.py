@@ -10,6 +10,85 @@ import numpy as np
 from ._base import CAPABILITIES
 from ._generic import Algorithm, ArrayBackend, MaskArgs
 from .optional import tf_module
+from .primitives import Ops
+
+
+class TensorFlowOps(Ops):
+    """The operations of tensorflow (:mod:`.primitives`)."""
+
+    framework = "tensorflow"
+
+    def dtype_name(self, x) -> str:
+        return x.dtype.name
+
+    def matmul(self, a, b):
+        return tf_module().linalg.matmul(a, b)
+
+    def transpose(self, x, axes):
+        rank = len(x.shape)
+        return tf_module().transpose(x, [a % rank for a in axes])
+
+    def reshape(self, x, shape):
+        return tf_module().reshape(x, shape)
+
+    def exp(self, x):
+        return tf_module().exp(x)
+
+    def max_last(self, x):
+        return tf_module().reduce_max(x, axis=-1, keepdims=True)
+
+    def sum_last(self, x):
+        return tf_module().reduce_sum(x, axis=-1, keepdims=True)
+
+    def where(self, cond, a, b: float):
+        tf = tf_module()
+        return tf.where(cond, a, tf.constant(b, dtype=a.dtype))
+
+    def isfinite(self, x):
+        return tf_module().math.is_finite(x)
+
+    def concat(self, xs, axis: int):
+        return tf_module().concat(xs, axis=axis)
+
+    def stack(self, xs, axis: int):
+        return tf_module().stack(xs, axis=axis)
+
+    def constant(self, array: np.ndarray, like):
+        return tf_module().constant(array)
+
+    def full(self, shape, value: float, like):
+        tf = tf_module()
+        return tf.fill(shape, tf.constant(value, dtype=like.dtype))
+
+    def constant_as(self, array: np.ndarray, like):
+        tf = tf_module()
+        return tf.cast(tf.constant(array), like.dtype)
+
+    def to_float32(self, x):
+        return tf_module().cast(x, tf_module().float32)
+
+    def cast_like(self, x, like):
+        return tf_module().cast(x, like.dtype)
+
+    def tanh(self, x):
+        return tf_module().math.tanh(x)
+
+    def log(self, x):
+        return tf_module().math.log(x)
+
+    def take_keys(self, x, index):
+        return tf_module().gather(x, index, axis=len(x.shape) - 2, batch_dims=1)
+
+    def vjp(self, fn, primals: dict, cotangent) -> dict:
+        """GRAD by ``tf.GradientTape`` watching every primal (unconnected ones get zeros); each
+        primal is a fresh tensor, so one array passed as query, key and value gets three partials."""
+        tf = tf_module()
+        primals = {n: tf.identity(t) for n, t in primals.items()}
+        with tf.GradientTape() as tape:
+            tape.watch(list(primals.values()))
+            out = fn(primals)
+        return tape.gradient(out, primals, output_gradients=cotangent,
+                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
 
 
 class TensorFlowBackend(ArrayBackend):
@@ -17,7 +96,11 @@ class TensorFlowBackend(ArrayBackend):
 
     framework = "tensorflow"
     framework_label = "tf"
-    capabilities = CAPABILITIES  # "grad" by GradientTape (_vjp), "gqa" in the generic algorithms
+    ops = TensorFlowOps()  # the default; adapters on this class share it
+    capabilities = CAPABILITIES  # "grad" by GradientTape (ops.vjp), "gqa" in the generic algorithms
+
+    def __init__(self, algorithm, *, name: str | None = None, ops: Ops | None = None):
+        super().__init__(ops or type(self).ops, algorithm, name=name)
 
     def framework_version(self) -> str:
         return tf_module().__version__
@@ -47,83 +130,11 @@ class TensorFlowBackend(ArrayBackend):
     def device_of(self, x) -> str:
         return "cuda" if "GPU" in x.device.upper() else "cpu"
 
-    def _dtype_name(self, x) -> str:
-        return x.dtype.name
-
-    def _matmul(self, a, b):
-        return tf_module().linalg.matmul(a, b)
-
-    def _transpose(self, x, axes):
-        rank = len(x.shape)
-        return tf_module().transpose(x, [a % rank for a in axes])
-
-    def _reshape(self, x, shape):
-        return tf_module().reshape(x, shape)
-
-    def _exp(self, x):
-        return tf_module().exp(x)
-
-    def _max_last(self, x):
-        return tf_module().reduce_max(x, axis=-1, keepdims=True)
-
-    def _sum_last(self, x):
-        return tf_module().reduce_sum(x, axis=-1, keepdims=True)
-
-    def _where(self, cond, a, b: float):
-        tf = tf_module()
-        return tf.where(cond, a, tf.constant(b, dtype=a.dtype))
-
-    def _isfinite(self, x):
-        return tf_module().math.is_finite(x)
-
-    def _concat(self, xs, axis: int):
-        return tf_module().concat(xs, axis=axis)
-
-    def _stack(self, xs, axis: int):
-        return tf_module().stack(xs, axis=axis)
-
-    def _constant(self, array: np.ndarray, like):
-        return tf_module().constant(array)
-
-    def _full(self, shape, value: float, like):
-        tf = tf_module()
-        return tf.fill(shape, tf.constant(value, dtype=like.dtype))
-
-    def _constant_as(self, array: np.ndarray, like):
-        tf = tf_module()
-        return tf.cast(tf.constant(array), like.dtype)
-
-    def _to_float32(self, x):
-        return tf_module().cast(x, tf_module().float32)
-
-    def _cast_like(self, x, like):
-        return tf_module().cast(x, like.dtype)
-
-    def _tanh(self, x):
-        return tf_module().math.tanh(x)
-
-    def _log(self, x):
-        return tf_module().math.log(x)
-
-    def _take_keys(self, x, index):
-        return tf_module().gather(x, index, axis=len(x.shape) - 2, batch_dims=1)
-
-    def _vjp(self, fn, primals: dict, cotangent) -> dict:
-        """GRAD by ``tf.GradientTape`` watching every primal (unconnected ones get zeros); each
-        primal is a fresh tensor, so one array passed as query, key and value gets three partials."""
-        tf = tf_module()
-        primals = {n: tf.identity(t) for n, t in primals.items()}
-        with tf.GradientTape() as tape:
-            tape.watch(list(primals.values()))
-            out = fn(primals)
-        return tape.gradient(out, primals, output_gradients=cotangent,
-                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
-
-
 class FunctionTensorFlowBackend(TensorFlowBackend):
     """An algorithm (by default the batched one, MHA-2) compiled with ``tf.function``, one function
     per operation (``_attention``, ``_multi_head``). Masks are
-    passed in canonical full form (:meth:`ArrayBackend._canonical_masks`) and the scale as a
+    passed in canonical full form (:meth:`.algorithms.AttentionAlgorithm.canonical_masks`) and
+    the scale as a
     tensor, so each shape and dtype is traced once; spec 1.2 calls once per shape and feature set
     (structural mask and ALiBi in the canonical mask and bias, the soft-cap a tensor, ``lse`` a
     Python bool, a KV cache a tuple of tensors)."""
@@ -147,7 +158,7 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
         """Canonical masks, and the scale and soft-cap as tensors (no retrace per value); the
         soft-cap in float32 for float16/bfloat16 (:meth:`_soft_cap` works in float32 there)."""
         tf = tf_module()
-        masks = self._canonical_masks(like, full, masks)
+        masks = self.algorithm_object.canonical_masks(self.ops, like, full, masks)
         cap_dtype = tf.float32 if like.dtype in (tf.float16, tf.bfloat16) else like.dtype
         softcap = None if masks.softcap is None else tf.convert_to_tensor(masks.softcap,
                                                                           dtype=cap_dtype)
@@ -155,14 +166,15 @@ class FunctionTensorFlowBackend(TensorFlowBackend):
                               softcap=softcap)
 
     def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
-        full = (*self._shape(q)[:3], self._shape(k)[2])
+        full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
         return self._compile("attention", super()._attention)(
             q, k, v, self._canonical(q, full, masks), lse)
 
     def _multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
                     lse=False, cache=None):
-        len_all = self._shape(key)[1] + (0 if cache is None else self._shape(cache.past_key)[2])
-        full = (self._shape(query)[0], num_heads, self._shape(query)[1], len_all)
+        shape = self.ops.shape
+        len_all = shape(key)[1] + (0 if cache is None else shape(cache.past_key)[2])
+        full = (self.ops.shape(query)[0], num_heads, self.ops.shape(query)[1], len_all)
         return self._compile("mha", super()._multi_head)(
             query, key, value, p, num_heads, self._canonical(query, full, masks), num_kv_heads,
             lse, cache)

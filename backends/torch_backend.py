@@ -11,6 +11,80 @@ import numpy as np
 from ._base import CAPABILITIES, native_byte_order
 from ._generic import Algorithm, ArrayBackend
 from .optional import torch_module
+from .primitives import Ops
+
+
+class TorchOps(Ops):
+    """The operations of torch (:mod:`.primitives`)."""
+
+    framework = "torch"
+
+    def dtype_name(self, x) -> str:
+        return str(x.dtype).removeprefix("torch.")
+
+    def matmul(self, a, b):
+        return torch_module().matmul(a, b)
+
+    def transpose(self, x, axes):
+        return x.permute(*axes)
+
+    def reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def exp(self, x):
+        return x.exp()
+
+    def max_last(self, x):
+        return x.amax(dim=-1, keepdim=True)
+
+    def sum_last(self, x):
+        return x.sum(dim=-1, keepdim=True)
+
+    def where(self, cond, a, b: float):
+        return torch_module().where(cond, a, torch_module().tensor(b, dtype=a.dtype, device=a.device))
+
+    def isfinite(self, x):
+        return torch_module().isfinite(x)
+
+    def concat(self, xs, axis: int):
+        return torch_module().cat(xs, dim=axis)
+
+    def stack(self, xs, axis: int):
+        return torch_module().stack(xs, dim=axis)
+
+    def constant(self, array: np.ndarray, like):
+        return torch_module().as_tensor(array, device=like.device)
+
+    def constant_as(self, array: np.ndarray, like):
+        return torch_module().as_tensor(array, device=like.device).to(like.dtype)
+
+    def full(self, shape, value: float, like):
+        return torch_module().full(shape, value, dtype=like.dtype, device=like.device)
+
+    def to_float32(self, x):
+        return x.float()
+
+    def cast_like(self, x, like):
+        return x.to(like.dtype)
+
+    def tanh(self, x):
+        return x.tanh()
+
+    def log(self, x):
+        return x.log()
+
+    def take_keys(self, x, index):
+        index = index.reshape(index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1)
+        return torch_module().take_along_dim(x, index, dim=-2)
+
+    def vjp(self, fn, primals: dict, cotangent) -> dict:
+        """GRAD by autograd: fresh leaves (one per argument, even for self-attention)."""
+        torch = torch_module()
+        leaves = {n: t.detach().clone().requires_grad_(True) for n, t in primals.items()}
+        with torch.enable_grad():
+            grads = torch.autograd.grad(fn(leaves), list(leaves.values()), grad_outputs=cotangent,
+                                        allow_unused=True)
+        return {n: torch.zeros_like(leaves[n]) if g is None else g for n, g in zip(leaves, grads)}
 
 
 class TorchBackend(ArrayBackend):
@@ -18,7 +92,11 @@ class TorchBackend(ArrayBackend):
 
     framework = "torch"
     framework_label = "torch"
-    capabilities = CAPABILITIES  # "grad" by autograd (_vjp), "gqa" in the generic algorithms
+    ops = TorchOps()  # the default; adapters on this class share it
+    capabilities = CAPABILITIES  # "grad" by autograd (ops.vjp), "gqa" in the generic algorithms
+
+    def __init__(self, algorithm, *, name: str | None = None, ops: Ops | None = None):
+        super().__init__(ops or type(self).ops, algorithm, name=name)
 
     def framework_version(self) -> str:
         return torch_module().__version__
@@ -47,74 +125,6 @@ class TorchBackend(ArrayBackend):
 
     def device_of(self, x) -> str:
         return x.device.type
-
-    def _dtype_name(self, x) -> str:
-        return str(x.dtype).removeprefix("torch.")
-
-    def _matmul(self, a, b):
-        return torch_module().matmul(a, b)
-
-    def _transpose(self, x, axes):
-        return x.permute(*axes)
-
-    def _reshape(self, x, shape):
-        return x.reshape(shape)
-
-    def _exp(self, x):
-        return x.exp()
-
-    def _max_last(self, x):
-        return x.amax(dim=-1, keepdim=True)
-
-    def _sum_last(self, x):
-        return x.sum(dim=-1, keepdim=True)
-
-    def _where(self, cond, a, b: float):
-        return torch_module().where(cond, a, torch_module().tensor(b, dtype=a.dtype, device=a.device))
-
-    def _isfinite(self, x):
-        return torch_module().isfinite(x)
-
-    def _concat(self, xs, axis: int):
-        return torch_module().cat(xs, dim=axis)
-
-    def _stack(self, xs, axis: int):
-        return torch_module().stack(xs, dim=axis)
-
-    def _constant(self, array: np.ndarray, like):
-        return torch_module().as_tensor(array, device=like.device)
-
-    def _constant_as(self, array: np.ndarray, like):
-        return torch_module().as_tensor(array, device=like.device).to(like.dtype)
-
-    def _full(self, shape, value: float, like):
-        return torch_module().full(shape, value, dtype=like.dtype, device=like.device)
-
-    def _to_float32(self, x):
-        return x.float()
-
-    def _cast_like(self, x, like):
-        return x.to(like.dtype)
-
-    def _tanh(self, x):
-        return x.tanh()
-
-    def _log(self, x):
-        return x.log()
-
-    def _take_keys(self, x, index):
-        index = index.reshape(index.shape[0], *(1,) * (x.ndim - 3), index.shape[1], 1)
-        return torch_module().take_along_dim(x, index, dim=-2)
-
-    def _vjp(self, fn, primals: dict, cotangent) -> dict:
-        """GRAD by autograd: fresh leaves (one per argument, even for self-attention)."""
-        torch = torch_module()
-        leaves = {n: t.detach().clone().requires_grad_(True) for n, t in primals.items()}
-        with torch.enable_grad():
-            grads = torch.autograd.grad(fn(leaves), list(leaves.values()), grad_outputs=cotangent,
-                                        allow_unused=True)
-        return {n: torch.zeros_like(leaves[n]) if g is None else g for n, g in zip(leaves, grads)}
-
 
 PER_HEAD = TorchBackend(Algorithm.PER_HEAD)
 BATCHED = TorchBackend(Algorithm.BATCHED)

@@ -57,7 +57,7 @@ anything reaches torch, so the ERR clauses hold; the arguments are converted wit
 
 from __future__ import annotations
 
-from . import layouts, masks
+from . import calls, layouts, masks
 from ._base import MHAParams
 from .adapters import MaskArgs, TorchAdapter
 from .optional import torch_module
@@ -91,7 +91,7 @@ class TorchSDPA(TorchAdapter):
 
     def attention(self, q, k, v, m: MaskArgs):
         F = torch_module().nn.functional
-        len_q, len_k = self._shape(q)[2], self._shape(k)[2]
+        len_q, len_k = self.ops.shape(q)[2], self.ops.shape(k)[2]
         additive = masks.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
         causal = m.causal
         only_causal = m.mask is None and m.key_padding_mask is None and additive is None
@@ -113,7 +113,8 @@ class TorchSDPA(TorchAdapter):
             kwargs["attn_mask"] = allowed
         # no torch.no_grad(): mha_vjp differentiates through the kernel (plain calls build no graph,
         # their inputs do not require grad)
-        if self._shape(k)[1] != self._shape(q)[1]:  # GQA-1: query head i uses kv head i // (h/g)
+        # GQA-1: query head i uses kv head i // (h/g)
+        if self.ops.shape(k)[1] != self.ops.shape(q)[1]:
             kwargs["enable_gqa"] = True
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, scale=m.scale, **kwargs)
         return out, None
@@ -140,15 +141,15 @@ class TorchMHA(TorchAdapter):
     def _module(self, p: MHAParams, num_heads: int, like):
         """An nn.MultiheadAttention holding the spec's parameters (PARAM-1, PARAM-2)."""
         torch = torch_module()
-        d_model, hd_k = self._shape(p.w_q)
-        hd_v, d_out = self._shape(p.w_o)
+        d_model, hd_k = self.ops.shape(p.w_q)
+        hd_v, d_out = self.ops.shape(p.w_o)
         if hd_k != d_model or hd_v != d_model or d_out != d_model:
             self.unsupported(
                 f"h*d_k = {hd_k}, h*d_v = {hd_v}, d_out = {d_out} with d_model = {d_model}: "
                 f"every projection width must equal embed_dim = d_model")
         mod = torch.nn.MultiheadAttention(d_model, num_heads, dropout=0.0,
-                                          bias=layouts.has_bias(p), kdim=self._shape(p.w_k)[0],
-                                          vdim=self._shape(p.w_v)[0], batch_first=True,
+                                          bias=layouts.has_bias(p), kdim=self.ops.shape(p.w_k)[0],
+                                          vdim=self.ops.shape(p.w_v)[0], batch_first=True,
                                           device=like.device, dtype=like.dtype)
         mod.eval()
         p = MHAParams(*(None if t is None else t.to(dtype=like.dtype, device=like.device)
@@ -169,7 +170,7 @@ class TorchMHA(TorchAdapter):
         """GRAD: autograd w.r.t. fresh input leaves and the module's parameters, mapped back to the
         spec's layout (:func:`.layouts.from_torch_mha`: transposed, packed in_proj split)."""
         torch = torch_module()
-        call = self._mha_call(query, key, value, params, num_heads, mask, bias, legacy_mask,
+        call = calls.mha_call(self, query, key, value, params, num_heads, mask, bias, legacy_mask,
                               key_padding_mask, causal, scale, num_kv_heads)
         params = call.params
         x = {n: t.detach().clone().requires_grad_(True)
@@ -190,12 +191,12 @@ class TorchMHA(TorchAdapter):
 
     def _call(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs):
         """The module call of :meth:`mha`: (output, weights, module)."""
-        d_k = self._shape(p.w_q)[1] // num_heads
+        d_k = self.ops.shape(p.w_q)[1] // num_heads
         if not masks.is_default_scale(m.scale, d_k):
             self.unsupported(f"scale = {m.scale!r} (it always uses 1/sqrt(d_k) = "
                              f"{1 / d_k ** 0.5!r})")
         mod = self._module(p, num_heads, query)
-        b, len_q, len_k = self._shape(query)[0], self._shape(query)[1], self._shape(key)[1]
+        b, len_q, len_k = self.ops.shape(query)[0], self.ops.shape(query)[1], self.ops.shape(key)[1]
         allowed = masks.allowed_mask(len_q, len_k, like=query, mask=m.mask, causal=m.causal)
         additive = masks.additive_mask(like=query, bias=m.bias, legacy_mask=m.legacy_mask)
         kpm = m.key_padding_mask
@@ -210,7 +211,7 @@ class TorchMHA(TorchAdapter):
             if kpm is not None:
                 kwargs["key_padding_mask"] = invert(kpm)
         if attn is not None:
-            if tuple(self._shape(attn)[:2]) == (1, 1):
+            if tuple(self.ops.shape(attn)[:2]) == (1, 1):
                 attn = attn.expand(1, 1, len_q, len_k)[0, 0]
             else:  # (B*h, L_q, L_k), batch-major: the layout torch reshapes its heads into
                 attn = attn.expand(b, num_heads, len_q, len_k).reshape(b * num_heads, len_q, len_k)

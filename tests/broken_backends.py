@@ -9,51 +9,61 @@ from __future__ import annotations
 
 import numpy as np
 
-from mhaspec.backends.algorithms import Batched
-from mhaspec.backends.np_backend import NumpyBackend
+from mhaspec.backends.algorithms import Batched, PerHead
+from mhaspec.backends.np_backend import NumpyBackend, NumpyOps
 from mhaspec.spec import oracle, oracle_serving, oracle_vjp
 from oracle_backend import OracleBackend
 
 
 class _Broken(NumpyBackend):
-    def __init__(self, name: str, variant="batched"):
-        super().__init__(variant)
-        self.name = name
+    """The NumPy backend composed of ``Ops`` (NumPy's operations, or a subclass with a mistake)
+    and ``Kernel`` (the batched algorithm, or a subclass with a mistake), or of ``variant``."""
+
+    Kernel = Batched
+    Ops = NumpyOps
+
+    def __init__(self, name: str, variant=None):
+        super().__init__(self.Kernel() if variant is None else variant, name=name,
+                         ops=self.Ops())
 
 
 class WrongScale(_Broken):
     """Scales logits by 1/d_k instead of 1/sqrt(d_k) (and squares a given scale)."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        return super()._attend(q, k, v, allowed, additive,
-                               masks._replace(scale=masks.scale * masks.scale), lse)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            return super().attend(ops, q, k, v, allowed, additive,
+                                  masks._replace(scale=masks.scale * masks.scale), lse)
 
 
 class SoftmaxOverQueries(_Broken):
     """Normalises over the query axis instead of the key axis."""
 
-    def _max_last(self, x):
-        return np.max(x, axis=-2, keepdims=True)
+    class Ops(_Broken.Ops):
+        def max_last(self, x):
+            return np.max(x, axis=-2, keepdims=True)
 
-    def _sum_last(self, x):
-        return np.sum(x, axis=-2, keepdims=True)
+        def sum_last(self, x):
+            return np.sum(x, axis=-2, keepdims=True)
 
 
 class MaskPolarityFlipped(_Broken):
     """Treats True in a boolean mask as 'blocked' (PyTorch nn.MultiheadAttention's convention)."""
 
-    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
-        return super()._combine_masks(len_q, len_k, like, None if mask is None else ~mask,
-                                      key_padding_mask, causal)
+    class Kernel(_Broken.Kernel):
+        def combine_masks(self, ops, len_q, len_k, like, mask, key_padding_mask, causal):
+            return super().combine_masks(ops, len_q, len_k, like,
+                                         None if mask is None else ~mask, key_padding_mask,
+                                         causal)
 
 
 class _SplitWrongOrder(Batched):
     def split(self, ops, x, num_heads):
-        b, length, width = ops._shape(x)
+        b, length, width = ops.shape(x)
         return np.transpose(x.reshape(b, length, width // num_heads, num_heads), (0, 3, 1, 2))
 
     def combine(self, ops, x):
-        b, h, length, d = ops._shape(x)
+        b, h, length, d = ops.shape(x)
         return np.transpose(x, (0, 2, 3, 1)).reshape(b, length, h * d)
 
 
@@ -67,26 +77,23 @@ class HeadsSplitWrongOrder(_Broken):
 class KeysReshapedWithQueryLength(_Broken):
     """The source's 'efficient' form: reshapes K and V with the query length L_q."""
 
-    def _mha(self, query, key, value, p, num_heads, *rest):
-        self._len_q = self._shape(query)[1]
-        return super()._mha(query, key, value, p, num_heads, *rest)
+    class Kernel(_Broken.Kernel):
+        def mha(self, ops, query, key, value, p, num_heads, *rest):
+            self.len_q = ops.shape(query)[1]
+            return super().mha(ops, query, key, value, p, num_heads, *rest)
 
-    def __init__(self, name: str):
-        super().__init__(name, _SplitWithQueryLength())
-
-
-class _SplitWithQueryLength(Batched):
-    def split(self, ops, x, num_heads):
-        b, _, width = ops._shape(x)
-        x = x.reshape(b, ops._len_q, num_heads, width // num_heads)
-        return np.transpose(x, (0, 2, 1, 3))
+        def split(self, ops, x, num_heads):
+            b, _, width = ops.shape(x)
+            x = x.reshape(b, self.len_q, num_heads, width // num_heads)
+            return np.transpose(x, (0, 2, 1, 3))
 
 
 class SilentFloat16(_Broken):
     """Computes every matmul in float16 and casts back: a float32 result with float16 accuracy."""
 
-    def _matmul(self, a, b):
-        return np.matmul(a.astype(np.float16), b.astype(np.float16)).astype(a.dtype)
+    class Ops(_Broken.Ops):
+        def matmul(self, a, b):
+            return np.matmul(a.astype(np.float16), b.astype(np.float16)).astype(a.dtype)
 
 
 class StaleDeviation(_Broken):
@@ -129,7 +136,7 @@ class ScaleFromDModel(_Broken):
     """Multi-head attention scales by 1/sqrt(d_model) instead of 1/sqrt(d_k)."""
 
     def multi_head_attention(self, query, key, value, params, *, num_heads, scale=None, **kw):
-        scale = 1.0 / np.sqrt(self._shape(query)[-1]) if scale is None else scale
+        scale = 1.0 / np.sqrt(self.ops.shape(query)[-1]) if scale is None else scale
         return super().multi_head_attention(query, key, value, params, num_heads=num_heads,
                                             scale=scale, **kw)
 
@@ -138,151 +145,169 @@ class ScaleFromDv(_Broken):
     """Scaled dot-product attention's default scale is 1/sqrt(d_v) instead of 1/sqrt(d_k)."""
 
     def scaled_dot_product_attention(self, q, k, v, *, scale=None, **kw):
-        scale = 1.0 / np.sqrt(self._shape(v)[-1]) if scale is None else scale
+        scale = 1.0 / np.sqrt(self.ops.shape(v)[-1]) if scale is None else scale
         return super().scaled_dot_product_attention(q, k, v, scale=scale, **kw)
 
 
 class ScaleAfterSoftmax(_Broken):
     """Applies the scale to the weights after the softmax instead of to the logits."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        _, weights, _ = super()._attend(q, k, v, allowed, additive, masks._replace(scale=1.0))
-        weights = weights * masks.scale
-        return np.matmul(weights, v), weights, None
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            _, weights, _ = super().attend(ops, q, k, v, allowed, additive,
+                                           masks._replace(scale=1.0))
+            weights = weights * masks.scale
+            return np.matmul(weights, v), weights, None
 
 
 class NoMaxSubtraction(_Broken):
     """Softmax without subtracting the row maximum: exp overflows at large logits (NUM-4)."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        return (*_plain_attend(q, k, v, allowed, additive, masks.scale, subtract_max=False),
-                None)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            return (*_plain_attend(q, k, v, allowed, additive, masks.scale, subtract_max=False),
+                    None)
 
 
 class SoftmaxThenMaskRenormalised(_Broken):
     """Softmax over all keys ignoring the masks, then masked weights zeroed and rows renormalised."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        _, weights, _ = super()._attend(q, k, v, None, additive, masks)
-        if allowed is not None:
-            weights = np.where(allowed, weights, 0.0)
-            total = np.sum(weights, axis=-1, keepdims=True)
-            weights = weights / np.where(total != 0, total, 1.0)
-        return np.matmul(weights, v), weights, None
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            _, weights, _ = super().attend(ops, q, k, v, None, additive, masks)
+            if allowed is not None:
+                weights = np.where(allowed, weights, 0.0)
+                total = np.sum(weights, axis=-1, keepdims=True)
+                weights = weights / np.where(total != 0, total, 1.0)
+            return np.matmul(weights, v), weights, None
 
 
 class FiniteMaskValue(_Broken):
     """Masks with -1e4 instead of -inf: masked keys leak weight at large logits, and fully masked
     rows average V."""
 
-    def _ifill_masked(self, x, allowed):
-        np.copyto(x, -1e4, where=np.logical_not(allowed))
-        return x
+    class Ops(_Broken.Ops):
+        def ifill_masked(self, x, allowed):
+            np.copyto(x, -1e4, where=np.logical_not(allowed))
+            return x
 
 
 class FiniteMaskValueZeroRows(FiniteMaskValue):
     """-1e4 instead of -inf, with fully masked rows zeroed explicitly: right on MASK-9, but masked
     keys still take the weight when every allowed logit of a row is below -1e4."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
-        if allowed is not None:
-            empty = ~np.broadcast_to(allowed, w.shape).any(axis=-1, keepdims=True)
-            w = np.where(empty, 0, w).astype(w.dtype)
-            out = np.matmul(w, v)
-        return out, w, row_lse
+    class Kernel(FiniteMaskValue.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            out, w, row_lse = super().attend(ops, q, k, v, allowed, additive, masks, lse)
+            if allowed is not None:
+                empty = ~np.broadcast_to(allowed, w.shape).any(axis=-1, keepdims=True)
+                w = np.where(empty, 0, w).astype(w.dtype)
+                out = np.matmul(w, v)
+            return out, w, row_lse
 
 
 class MaskFilledWithZero(_Broken):
     """Fills masked logits with 0 (masked_fill(mask, 0)) instead of -inf."""
 
-    def _ifill_masked(self, x, allowed):
-        np.copyto(x, 0.0, where=np.logical_not(allowed))
-        return x
+    class Ops(_Broken.Ops):
+        def ifill_masked(self, x, allowed):
+            np.copyto(x, 0.0, where=np.logical_not(allowed))
+            return x
 
 
 class WeightsBeforeMasking(_Broken):
     """Output is masked, but the returned weights are the softmax before masking."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        out, _, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
-        return out, super()._attend(q, k, v, None, additive, masks)[1], row_lse
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            out, _, row_lse = super().attend(ops, q, k, v, allowed, additive, masks, lse)
+            return out, super().attend(ops, q, k, v, None, additive, masks)[1], row_lse
 
 
 class CausalAlignmentSwapped(_Broken):
     """Treats causal="bottom_right" as "top_left"."""
 
-    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
-        causal = "top_left" if causal == "bottom_right" else causal
-        return super()._combine_masks(len_q, len_k, like, mask, key_padding_mask, causal)
+    class Kernel(_Broken.Kernel):
+        def combine_masks(self, ops, len_q, len_k, like, mask, key_padding_mask, causal):
+            causal = "top_left" if causal == "bottom_right" else causal
+            return super().combine_masks(ops, len_q, len_k, like, mask, key_padding_mask, causal)
 
 
 class CausalOffByOne(_Broken):
     """Causal mask allows j < i (+ offset) instead of j <= i: the diagonal is masked."""
 
-    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
-        allowed = super()._combine_masks(len_q, len_k, like, mask, key_padding_mask, None)
-        if causal is None:
-            return allowed
-        offset = 0 if causal == "top_left" else len_k - len_q
-        tri = np.arange(len_k)[None, :] < np.arange(len_q)[:, None] + offset
-        return tri if allowed is None else allowed & tri
+    class Kernel(_Broken.Kernel):
+        def combine_masks(self, ops, len_q, len_k, like, mask, key_padding_mask, causal):
+            allowed = super().combine_masks(ops, len_q, len_k, like, mask, key_padding_mask, None)
+            if causal is None:
+                return allowed
+            offset = 0 if causal == "top_left" else len_k - len_q
+            tri = np.arange(len_k)[None, :] < np.arange(len_q)[:, None] + offset
+            return tri if allowed is None else allowed & tri
 
 
 class KeyPaddingOnQueryAxis(_Broken):
     """Reshapes the key padding mask to (B, 1, L, 1): it masks query rows instead of key columns
     (and fails to broadcast when L_q != L_k)."""
 
-    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
-        allowed = super()._combine_masks(len_q, len_k, like, mask, None, causal)
-        if key_padding_mask is None:
-            return allowed
-        kpm = np.reshape(key_padding_mask, (-1, 1, len_k, 1))
-        return kpm if allowed is None else allowed & kpm
+    class Kernel(_Broken.Kernel):
+        def combine_masks(self, ops, len_q, len_k, like, mask, key_padding_mask, causal):
+            allowed = super().combine_masks(ops, len_q, len_k, like, mask, None, causal)
+            if key_padding_mask is None:
+                return allowed
+            kpm = np.reshape(key_padding_mask, (-1, 1, len_k, 1))
+            return kpm if allowed is None else allowed & kpm
 
 
 class BiasIgnored(_Broken):
     """Drops the additive bias."""
 
-    def _additive(self, bias, legacy_mask):
-        return super()._additive(None, legacy_mask)
+    class Kernel(_Broken.Kernel):
+        def additive(self, ops, bias, legacy_mask):
+            return super().additive(ops, None, legacy_mask)
 
 
 class BiasSubtracted(_Broken):
     """Subtracts the additive bias instead of adding it."""
 
-    def _additive(self, bias, legacy_mask):
-        return super()._additive(None if bias is None else -bias, legacy_mask)
+    class Kernel(_Broken.Kernel):
+        def additive(self, ops, bias, legacy_mask):
+            return super().additive(ops, None if bias is None else -bias, legacy_mask)
 
 
 class BiasBeforeScaling(_Broken):
     """Adds the bias (and legacy mask) to Q K^T before scaling: softmax(scale * (Q K^T + bias))."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        return super()._attend(q, k, v, allowed, [t * masks.scale for t in additive], masks, lse)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            scaled = [t * masks.scale for t in additive]
+            return super().attend(ops, q, k, v, allowed, scaled, masks, lse)
 
 
 class LegacyMaskPolarityFlipped(_Broken):
     """Reads the legacy float mask as 1 = may attend: adds (1 - mask) * -1e9."""
 
-    def _additive(self, bias, legacy_mask):
-        return super()._additive(bias, None if legacy_mask is None else 1 - legacy_mask)
+    class Kernel(_Broken.Kernel):
+        def additive(self, ops, bias, legacy_mask):
+            return super().additive(ops, bias, None if legacy_mask is None else 1 - legacy_mask)
 
 
 class LegacyMaskIgnored(_Broken):
     """Drops the legacy float mask."""
 
-    def _additive(self, bias, legacy_mask):
-        return super()._additive(bias, None)
+    class Kernel(_Broken.Kernel):
+        def additive(self, ops, bias, legacy_mask):
+            return super().additive(ops, bias, None)
 
 
 class FullyMaskedRowsUniform(_Broken):
     """Fills masked logits with the dtype's most negative finite number (a common framework
     idiom): a fully masked row gets uniform weights, so its output is the mean of V."""
 
-    def _ifill_masked(self, x, allowed):
-        np.copyto(x, np.finfo(x.dtype).min, where=np.logical_not(allowed))
-        return x
+    class Ops(_Broken.Ops):
+        def ifill_masked(self, x, allowed):
+            np.copyto(x, np.finfo(x.dtype).min, where=np.logical_not(allowed))
+            return x
 
 
 class MaskMeanOfVDeclaredBiasZero(FullyMaskedRowsUniform):
@@ -296,9 +321,10 @@ class MaskMeanOfVDeclaredBiasZero(FullyMaskedRowsUniform):
 class FullyMaskedRowsNaN(_Broken):
     """Textbook softmax with no guard: a fully masked row gives exp(-inf - -inf) = NaN."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (*_plain_attend(q, k, v, allowed, additive, masks.scale), None)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return (*_plain_attend(q, k, v, allowed, additive, masks.scale), None)
 
 
 class CombineHeadsWithoutTranspose(_Broken):
@@ -310,120 +336,132 @@ class CombineHeadsWithoutTranspose(_Broken):
 
 class _CombineWithoutTranspose(Batched):
     def combine(self, ops, x):
-        b, h, length, d = ops._shape(x)
+        b, h, length, d = ops.shape(x)
         return np.reshape(x, (b, length, h * d))
 
 
 class HeadsAveragedAfterOutputBlocks(_Broken):
     """Projects each head by its block of W_o and averages the heads instead of summing them."""
 
-    def _mha(self, query, key, value, p, num_heads, *rest):
-        res = super()._mha(query, key, value, p, num_heads, *rest)
-        b_o = 0 if p.b_o is None else p.b_o
-        return res._replace(output=(res.output - b_o) / num_heads + b_o)
+    class Kernel(_Broken.Kernel):
+        def mha(self, ops, query, key, value, p, num_heads, *rest):
+            out, *rest = super().mha(ops, query, key, value, p, num_heads, *rest)
+            b_o = 0 if p.b_o is None else p.b_o
+            return ((out - b_o) / num_heads + b_o, *rest)
 
 
 class MissingOutputBias(_Broken):
     """Never adds the output projection's bias b_o."""
 
-    def _mha(self, query, key, value, p, *rest):
-        return super()._mha(query, key, value, p._replace(b_o=None), *rest)
+    class Kernel(_Broken.Kernel):
+        def mha(self, ops, query, key, value, p, *rest):
+            return super().mha(ops, query, key, value, p._replace(b_o=None), *rest)
 
 
 class KeyBiasUsedForQuery(_Broken):
     """Adds b_k to the query projection instead of b_q."""
 
-    def _mha(self, query, key, value, p, *rest):
-        return super()._mha(query, key, value, p._replace(b_q=p.b_k), *rest)
+    class Kernel(_Broken.Kernel):
+        def mha(self, ops, query, key, value, p, *rest):
+            return super().mha(ops, query, key, value, p._replace(b_q=p.b_k), *rest)
 
 
 class TransposedQueryWeight(_Broken):
     """Uses W_q^T (an (out, in) layout read as (in, out)) where W_q is square."""
 
-    def _mha(self, query, key, value, p, *rest):
-        w_q = p.w_q.T if p.w_q.shape[0] == p.w_q.shape[1] else p.w_q
-        return super()._mha(query, key, value, p._replace(w_q=w_q), *rest)
+    class Kernel(_Broken.Kernel):
+        def mha(self, ops, query, key, value, p, *rest):
+            w_q = p.w_q.T if p.w_q.shape[0] == p.w_q.shape[1] else p.w_q
+            return super().mha(ops, query, key, value, p._replace(w_q=w_q), *rest)
 
 
 class OutputProjectionSkipped(_Broken):
     """Returns the concatenated heads (+ b_o) without multiplying by W_o where the widths allow."""
 
-    def _mha(self, query, key, value, p, *rest):
-        if p.w_o.shape[0] == p.w_o.shape[1]:
-            p = p._replace(w_o=np.eye(p.w_o.shape[0], dtype=p.w_o.dtype))
-        return super()._mha(query, key, value, p, *rest)
+    class Kernel(_Broken.Kernel):
+        def mha(self, ops, query, key, value, p, *rest):
+            if p.w_o.shape[0] == p.w_o.shape[1]:
+                p = p._replace(w_o=np.eye(p.w_o.shape[0], dtype=p.w_o.dtype))
+            return super().mha(ops, query, key, value, p, *rest)
 
 
 class SilentBfloat16(_Broken):
     """Rounds every matmul's operands to bfloat16 (8 significant bits), computes in float32 and
     casts back: float64 / float32 results with bfloat16 accuracy."""
 
-    def _matmul(self, a, b):
-        low = (_round_mantissa(t.astype(np.float32), 7) for t in (a, b))
-        return np.matmul(*low).astype(np.result_type(a, b))
+    class Ops(_Broken.Ops):
+        def matmul(self, a, b):
+            low = (_round_mantissa(t.astype(np.float32), 7) for t in (a, b))
+            return np.matmul(*low).astype(np.result_type(a, b))
 
 
 class TF32Rounding(_Broken):
     """Rounds every matmul's result to 10 mantissa bits (TF32-like), in float32 and float64."""
 
-    def _matmul(self, a, b):
-        return _round_mantissa(np.matmul(a, b), 10)
+    class Ops(_Broken.Ops):
+        def matmul(self, a, b):
+            return _round_mantissa(np.matmul(a, b), 10)
 
 
 class SoftmaxOverBatch(_Broken):
     """Normalises over the batch axis (axis 0) instead of the key axis."""
 
-    def _max_last(self, x):
-        return np.max(x, axis=0, keepdims=True)
+    class Ops(_Broken.Ops):
+        def max_last(self, x):
+            return np.max(x, axis=0, keepdims=True)
 
-    def _sum_last(self, x):
-        return np.sum(x, axis=0, keepdims=True)
+        def sum_last(self, x):
+            return np.sum(x, axis=0, keepdims=True)
 
 
 class WeightsAveragedOverHeads(_Broken):
     """Returns the head-averaged weights (nn.MultiheadAttention's default) for every head."""
 
-    def _mha(self, query, key, value, p, *rest):
-        res = super()._mha(query, key, value, p, *rest)
-        weights = res.weights
-        return res._replace(weights=np.broadcast_to(weights.mean(axis=1, keepdims=True),
-                                                    weights.shape).copy())
+    class Kernel(_Broken.Kernel):
+        def mha(self, ops, query, key, value, p, *rest):
+            out, weights, *rest = super().mha(ops, query, key, value, p, *rest)
+            averaged = np.broadcast_to(weights.mean(axis=1, keepdims=True), weights.shape).copy()
+            return (out, averaged, *rest)
 
 
 class BooleanMaskAddedAsMinusInf(_Broken):
     """Applies boolean masks by adding -inf (attn_mask.masked_fill(~m, -inf) then +=): a NaN key
     behind the mask makes its logit NaN + -inf = NaN, which leaks (PyTorch issue 101967)."""
 
-    def _ifill_masked(self, x, allowed):
-        return np.add(x, np.where(allowed, 0.0, -np.inf).astype(x.dtype), out=x)
+    class Ops(_Broken.Ops):
+        def ifill_masked(self, x, allowed):
+            return np.add(x, np.where(allowed, 0.0, -np.inf).astype(x.dtype), out=x)
 
 
 class OutputNanToNum(_Broken):
     """Sanitises the result with nan_to_num: NaN inputs give finite garbage instead of NaN."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
-        return np.nan_to_num(out), np.nan_to_num(w), row_lse
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            out, w, row_lse = super().attend(ops, q, k, v, allowed, additive, masks, lse)
+            return np.nan_to_num(out), np.nan_to_num(w), row_lse
 
 
 class EmptyKeysRejected(_Broken):
     """Takes the row maximum with an empty reduction: L_k = 0 raises instead of giving zeros."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        logits = np.matmul(q, np.swapaxes(k, -1, -2))
-        np.max(logits, axis=-1)  # ValueError: zero-size array to reduction operation
-        return super()._attend(q, k, v, allowed, additive, masks, lse)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            logits = np.matmul(q, np.swapaxes(k, -1, -2))
+            np.max(logits, axis=-1)  # ValueError: zero-size array to reduction operation
+            return super().attend(ops, q, k, v, allowed, additive, masks, lse)
 
 
 class TinyQueriesTreatedAsPadding(_Broken):
     """Treats query rows below the smallest normal number as padding and zeroes their output (a
     "skip empty rows" shortcut): subnormal queries must still attend (their logits are ~0)."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        out, w, row_lse = super()._attend(q, k, v, allowed, additive, masks, lse)
-        pad = np.max(np.abs(q), axis=-1, keepdims=True) < np.finfo(q.dtype).tiny
-        return (np.where(pad, 0, out).astype(out.dtype), np.where(pad, 0, w).astype(w.dtype),
-                row_lse)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            out, w, row_lse = super().attend(ops, q, k, v, allowed, additive, masks, lse)
+            pad = np.max(np.abs(q), axis=-1, keepdims=True) < np.finfo(q.dtype).tiny
+            return (np.where(pad, 0, out).astype(out.dtype), np.where(pad, 0, w).astype(w.dtype),
+                    row_lse)
 
 
 
@@ -437,9 +475,10 @@ class Float32Only(_Broken):
 class LegacyOffsetMinus2e9(_Broken):
     """Uses -2e9 as the legacy offset ("any large number will do"): not the source form."""
 
-    def _additive(self, bias, legacy_mask):
-        terms = [] if bias is None else [bias]
-        return terms if legacy_mask is None else [*terms, legacy_mask * -2e9]
+    class Kernel(_Broken.Kernel):
+        def additive(self, ops, bias, legacy_mask):
+            terms = [] if bias is None else [bias]
+            return terms if legacy_mask is None else [*terms, legacy_mask * -2e9]
 
 
 class FusedProjectionWhenKeyIsValue(_Broken):
@@ -460,9 +499,10 @@ class Float64ThroughFloat32(_Broken):
     """Rounds the scale through float32 in every dtype (ONNX Runtime's float64 Attention does):
     float64 results with errors ~1e-8, float32's size."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        return super()._attend(q, k, v, allowed, additive,
-                               masks._replace(scale=float(np.float32(masks.scale))), lse)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            return super().attend(ops, q, k, v, allowed, additive,
+                                  masks._replace(scale=float(np.float32(masks.scale))), lse)
 
 
 class BiasMergedWithFinfoMin(_Broken):
@@ -470,20 +510,22 @@ class BiasMergedWithFinfoMin(_Broken):
     libraries use when a bias is present; without a bias, -inf and the guarded softmax): a fully
     masked row gets uniform weights, the mean of V, only when a bias is present (MASK-9)."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        if not additive or allowed is None:
-            return super()._attend(q, k, v, allowed, additive, masks, lse)
-        merged = np.where(allowed, sum(additive), np.finfo(q.dtype).min).astype(q.dtype)
-        return super()._attend(q, k, v, None, [merged], masks, lse)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            if not additive or allowed is None:
+                return super().attend(ops, q, k, v, allowed, additive, masks, lse)
+            merged = np.where(allowed, sum(additive), np.finfo(q.dtype).min).astype(q.dtype)
+            return super().attend(ops, q, k, v, None, [merged], masks, lse)
 
 
 class CausalSkippedForOneQuery(_Broken):
     """Leaves out the causal mask when there is one query ("decoding: the query is the last
     position"): right bottom-right, but top-left's one query must see key 0 only (MASK-6)."""
 
-    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
-        return super()._combine_masks(len_q, len_k, like, mask, key_padding_mask,
-                                      None if len_q == 1 else causal)
+    class Kernel(_Broken.Kernel):
+        def combine_masks(self, ops, len_q, len_k, like, mask, key_padding_mask, causal):
+            return super().combine_masks(ops, len_q, len_k, like, mask, key_padding_mask,
+                                         None if len_q == 1 else causal)
 
 
 class KeyPaddingAsFinfoMinBias(_Broken):
@@ -633,12 +675,13 @@ class Float32SoftmaxInFloat64(_Broken):
     """Computes the attention (logits, softmax, weights times V) in float32 whatever the input
     dtype and casts back: float64 results with float32 accuracy; float32 is right."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        low = [np.asarray(t).astype(np.float32) for t in additive]
-        out, w, row_lse = super()._attend(q.astype(np.float32), k.astype(np.float32),
-                                          v.astype(np.float32), allowed, low, masks, lse)
-        return out.astype(q.dtype), w.astype(q.dtype), \
-            None if row_lse is None else row_lse.astype(q.dtype)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            low = [np.asarray(t).astype(np.float32) for t in additive]
+            out, w, row_lse = super().attend(ops, q.astype(np.float32), k.astype(np.float32),
+                                             v.astype(np.float32), allowed, low, masks, lse)
+            return out.astype(q.dtype), w.astype(q.dtype), \
+                None if row_lse is None else row_lse.astype(q.dtype)
 
 
 class ValueWidthMustEqualKeyWidth(_Broken):
@@ -649,10 +692,11 @@ class ValueWidthMustEqualKeyWidth(_Broken):
             raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
         return super().scaled_dot_product_attention(q, k, v, **kw)
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        if v.shape[-1] != q.shape[-1]:
-            raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
-        return super()._attend(q, k, v, allowed, additive, masks, lse)
+    class Kernel(_Broken.Kernel):
+        def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+            if v.shape[-1] != q.shape[-1]:
+                raise ValueError(f"d_v ({v.shape[-1]}) must equal d_k ({q.shape[-1]})")
+            return super().attend(ops, q, k, v, allowed, additive, masks, lse)
 
 
 WRONG_SCALE = WrongScale("broken-wrong-scale")
@@ -789,27 +833,30 @@ class QueryWeightScaledThroughView(_Broken):
     """The per-head algorithm folds the scale into each head's block of W_q and b_q, slices that
     share the caller's buffer, and attends with scale 1: the caller's W_q and b_q are scaled."""
 
-    def _mha(self, query, key, value, p, num_heads, masks, *rest):
-        d_k = p.w_q.shape[1] // num_heads
-        for i in range(num_heads):
-            head = slice(i * d_k, (i + 1) * d_k)
-            block = p.w_q[:, head]  # a view
-            block *= masks.scale
-            if p.b_q is not None:
-                bias = p.b_q[head]
-                bias *= masks.scale
-        return super()._mha(query, key, value, p, num_heads, masks._replace(scale=1.0), *rest)
+    class Kernel(PerHead):
+        def mha(self, ops, query, key, value, p, num_heads, masks, *rest):
+            d_k = p.w_q.shape[1] // num_heads
+            for i in range(num_heads):
+                head = slice(i * d_k, (i + 1) * d_k)
+                block = p.w_q[:, head]  # a view
+                block *= masks.scale
+                if p.b_q is not None:
+                    bias = p.b_q[head]
+                    bias *= masks.scale
+            return super().mha(ops, query, key, value, p, num_heads, masks._replace(scale=1.0),
+                               *rest)
 
 
 class MaskInvertedInPlace(_Broken):
     """Turns the caller's boolean mask into a kernel's polarity (True = blocked) in place and never
     turns it back: the caller's mask is cleared where it allowed and set where it blocked."""
 
-    def _combine_masks(self, len_q, len_k, like, mask, key_padding_mask, causal):
-        if mask is not None:
-            blocked = np.logical_not(mask, out=mask)
-            mask = np.logical_not(blocked)
-        return super()._combine_masks(len_q, len_k, like, mask, key_padding_mask, causal)
+    class Kernel(_Broken.Kernel):
+        def combine_masks(self, ops, len_q, len_k, like, mask, key_padding_mask, causal):
+            if mask is not None:
+                blocked = np.logical_not(mask, out=mask)
+                mask = np.logical_not(blocked)
+            return super().combine_masks(ops, len_q, len_k, like, mask, key_padding_mask, causal)
 
 
 class PaddedValuesZeroedInPlace(_Broken):
@@ -825,8 +872,7 @@ class PaddedValuesZeroedInPlace(_Broken):
 
 
 QUERY_DOUBLED_IN_PLACE = QueryDoubledInPlace("broken-q-doubled-in-place")
-QUERY_WEIGHT_SCALED_THROUGH_VIEW = QueryWeightScaledThroughView("broken-w-q-scaled-in-place",
-                                                                "perhead")
+QUERY_WEIGHT_SCALED_THROUGH_VIEW = QueryWeightScaledThroughView("broken-w-q-scaled-in-place")
 MASK_INVERTED_IN_PLACE = MaskInvertedInPlace("broken-mask-inverted-in-place")
 PADDED_VALUES_ZEROED_IN_PLACE = PaddedValuesZeroedInPlace("broken-value-zeroed-in-place")
 

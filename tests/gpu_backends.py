@@ -14,36 +14,36 @@ Both must fail NUM-2 on CUDA (``tests/test_gpu.py``). On CPU they compute correc
 
 from __future__ import annotations
 
-from mhaspec.backends.jax_backend import JaxBackend
+from mhaspec.backends.jax_backend import JaxBackend, JaxOps
 from mhaspec.backends.optional import jnp_module, torch_module
-from mhaspec.backends.torch_backend import TorchBackend
+from mhaspec.backends.torch_backend import TorchBackend, TorchOps
 
 
 class SilentTF32(TorchBackend):
     """torch-batched whose matmuls run with TF32 allowed; the flags it reports stay off."""
 
-    def __init__(self, name: str):
-        super().__init__("batched")
-        self.name = name
+    class Ops(TorchOps):
+        def matmul(self, a, b):
+            torch = torch_module()
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                return torch.matmul(a, b)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = False
 
-    def _matmul(self, a, b):
-        torch = torch_module()
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            return torch.matmul(a, b)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = False
+    def __init__(self, name: str):
+        super().__init__("batched", name=name, ops=self.Ops())
 
 
 class JaxDefaultPrecision(JaxBackend):
     """jax-batched with the default matmul precision (TF32 for float32 on recent NVIDIA GPUs)."""
 
-    def __init__(self, name: str):
-        super().__init__("batched")
-        self.name = name
+    class Ops(JaxOps):
+        def matmul(self, a, b):
+            return jnp_module().matmul(a, b)
 
-    def _matmul(self, a, b):
-        return jnp_module().matmul(a, b)
+    def __init__(self, name: str):
+        super().__init__("batched", name=name, ops=self.Ops())
 
 
 SILENT_TF32 = SilentTF32("broken-silent-tf32")

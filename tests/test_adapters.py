@@ -410,6 +410,25 @@ def test_numpy_adapter_base_fills_in_the_protocol():
     np.testing.assert_allclose(out, ref, rtol=0, atol=TOL64)
 
 
+def test_a_numpy_adapter_claiming_attention_vjp_says_it_has_no_autodiff():
+    """An adapter's backward pass is the framework's autodiff through its op; NumPy has none, so a
+    NumPy adapter that claims "attention_vjp" gets the NotImplementedError of a backend without
+    "grad" (reported as not implemented), not an AttributeError from the array machinery."""
+    from mhaspec.backends.adapters import NumpyAdapter
+
+    class Claims(NumpyAdapter):
+        native_op = "a NumPy function"
+        capabilities = frozenset({"sdpa", "errors", "attention_vjp"})
+
+        def attention(self, q, k, v, m):
+            w = np.exp(q @ k.swapaxes(-1, -2) * m.scale)
+            return (w / w.sum(axis=-1, keepdims=True)) @ v, None
+
+    q, k, v = _qkv(np.random.default_rng(11))
+    with pytest.raises(NotImplementedError, match="no automatic differentiation"):
+        Claims("claims-vjp").attention_vjp(q, k, v, np.ones((B, H, L_Q, v.shape[-1])))
+
+
 def test_module_adapter_base_and_untranslated():
     from mhaspec.backends.adapters import NumpyAdapter
 

@@ -171,3 +171,56 @@ def test_an_unknown_algorithm_is_rejected():
 
     with pytest.raises(ValueError, match="'algorithm'"):
         NumpyBackend("jit")
+
+
+def test_check_ops_names_every_missing_operation():
+    """A backend's operations are checked when it is built: each missing one is named up front,
+    not met as an AttributeError in the middle of a call."""
+    from mhaspec.backends.np_backend import NumpyBackend, NumpyOps
+    from mhaspec.backends.primitives import OPERATIONS, Ops, check_ops, missing_ops
+
+    assert missing_ops(NumpyOps()) == []
+
+    class Partial(Ops):  # the defaults only (shape and the update operations)
+        def matmul(self, a, b):
+            return a @ b
+
+    missing = missing_ops(Partial())
+    assert "matmul" not in missing and "shape" not in missing
+    assert set(missing) == set(OPERATIONS) - {"matmul", "shape", "iadd", "isub", "imul", "idiv",
+                                             "iexp", "ifill_masked"}
+    with pytest.raises(TypeError, match="argument 'ops' \\(Partial\\) lacks the operations "
+                                        "dtype_name, transpose, reshape, exp"):
+        NumpyBackend("batched", ops=Partial())
+    with pytest.raises(TypeError, match="take_keys"):
+        check_ops(Partial())
+
+
+def test_an_algorithm_calls_only_public_operations():
+    """The algorithms reach the framework through ``ops`` alone: an ``Ops`` object that exposes
+    exactly the operations of OPERATIONS (nothing private) computes every call."""
+    from mhaspec.backends.np_backend import NumpyBackend, NumpyOps
+    from mhaspec.backends.primitives import OPERATIONS
+
+    class Exactly:
+        """NumPy's operations, and nothing else (no private names to fall back on)."""
+
+        def __init__(self):
+            inner = NumpyOps()
+            for name in OPERATIONS:
+                setattr(self, name, getattr(inner, name))
+
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 4, 3, 8)) for _ in range(3))
+    params = [rng.standard_normal((8, 8)) for _ in range(4)]
+    query = rng.standard_normal((2, 3, 8))
+    for kind in ("batched", "perhead"):
+        plain, exact = NumpyBackend(kind), NumpyBackend(kind, ops=Exactly())
+        for kw in ({"causal": "bottom_right"}, {"softcap": 5.0, "lse": True},
+                   {"window": (1, 0), "causal": "top_left"}):
+            want = plain.scaled_dot_product_attention(q, k, v, **kw)
+            got = exact.scaled_dot_product_attention(q, k, v, **kw)
+            np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(
+            exact.multi_head_attention(query, query, query, params, num_heads=4)[0],
+            plain.multi_head_attention(query, query, query, params, num_heads=4)[0])

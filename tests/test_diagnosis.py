@@ -9,6 +9,7 @@ import pytest
 
 import broken_backends
 from mhaspec.backends import load_backend
+from mhaspec.backends.algorithms import Batched
 from mhaspec.backends.np_backend import NumpyBackend
 from mhaspec.conformance import diagnosis
 from oracle_backend import ORACLE_REFERENCE
@@ -121,15 +122,15 @@ def test_a_clean_backend_gets_no_diagnosis(backend):
     assert diagnosis.diagnose(backend) is None
 
 
-class _NoScale(NumpyBackend):
+class _NoScale(Batched):
     """Forgets the 1/sqrt(d_k) scale: the issue's example."""
 
-    def _attend(self, q, k, v, allowed, additive, masks, lse=False):
-        return super()._attend(q, k, v, allowed, additive, masks._replace(scale=1.0), lse)
+    def attend(self, ops, q, k, v, allowed, additive, masks, lse=False):
+        return super().attend(ops, q, k, v, allowed, additive, masks._replace(scale=1.0), lse)
 
 
 def test_a_forgotten_scale_is_named():
-    found = diagnosis.diagnose(_NoScale("batched"))
+    found = diagnosis.diagnose(NumpyBackend(_NoScale()))
     assert found and "at scale = 1:" in found and found.endswith("(SDPA-2)")
 
 

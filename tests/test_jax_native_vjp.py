@@ -33,7 +33,7 @@ class FirstHeadOfGroup(JaxDPA):
 
     def _native_sdpa(self, q, k, v, m, **kw):
         forward = super()._native_sdpa
-        group = self._shape(q)[1] // self._shape(k)[1]
+        group = self.ops.shape(q)[1] // self.ops.shape(k)[1]
 
         @jax.custom_vjp
         def op(q, k, v):

@@ -53,8 +53,8 @@ def test_a_wrong_mapping_of_the_layer_gradients_fails_grad_1():
         def mha_vjp(self, *args, num_heads: int, **kwargs):
             grads = super().mha_vjp(*args, num_heads=num_heads, **kwargs)
             hd_v, d_out = grads["w_o"].shape
-            kernel = self._reshape(grads["w_o"], (num_heads, hd_v // num_heads, d_out))
-            grads["w_o"] = self._reshape(self._transpose(kernel, (1, 0, 2)), (hd_v, d_out))
+            kernel = self.ops.reshape(grads["w_o"], (num_heads, hd_v // num_heads, d_out))
+            grads["w_o"] = self.ops.reshape(self.ops.transpose(kernel, (1, 0, 2)), (hd_v, d_out))
             return grads
 
     with pytest.raises(AssertionError, match=r"\[GRAD-1\].*gradient of 'w_o'"):
