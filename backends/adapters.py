@@ -60,6 +60,7 @@ import copy
 
 from . import autodiff_vjp
 from ._base import AttentionOutputs, MHAParams
+from ._generic import ArrayBackend
 from ._validate import REJECTION_CLAUSES, Features
 from .algorithms import ALGORITHMS, Algorithm
 from .calls import LEFT_TO_LIBRARY, MaskArgs
@@ -115,11 +116,17 @@ class NativeAdapter:
         if unclaimed:
             raise ValueError(f"{name}: library_validates names {unclaimed}, whose capability the "
                              f"adapter does not claim")
-        if "attention_vjp" in self.capabilities and not _differentiates(type(self)):
+        if "attention_vjp" in self.capabilities and not self._differentiates():
             raise ValueError(f"{name}: claims 'attention_vjp', but {type(self).__name__} has no "
                              f"automatic differentiation: implement attention_vjp(q, k, v, "
                              f"d_output, *, d_lse=None, bias_grad=False, **kwargs) (a hand-written "
                              f"backward, docs/backends.md) or do not claim it")
+
+    def _differentiates(self) -> bool:
+        """Whether the adapter gets ``attention_vjp`` from its framework's autodiff (``ops.vjp``:
+        torch, JAX, TensorFlow) or implements ``attention_vjp`` itself."""
+        return (callable(getattr(self.ops, "vjp", None))
+                or type(self).attention_vjp is not ArrayBackend.attention_vjp)
 
     @property
     def algorithm(self) -> None:
@@ -257,14 +264,6 @@ class NativeAdapter:
             self.unsupported("the log-sum-exp or a KV cache without their own mapping")
         grouping = {} if num_kv_heads is None else {"num_kv_heads": num_kv_heads}
         return (*self.mha(query, key, value, p, num_heads, masks, **grouping), None, None, None)
-
-
-def _differentiates(cls) -> bool:
-    """Whether an adapter class gets ``attention_vjp`` from its framework's autodiff (it overrides
-    ``_vjp``: torch, JAX, TensorFlow) or implements ``attention_vjp`` itself."""
-    from ._generic import ArrayBackend
-
-    return cls._vjp is not ArrayBackend._vjp or cls.attention_vjp is not ArrayBackend.attention_vjp
 
 
 class NumpyAdapter(NativeAdapter, NumpyBackend):

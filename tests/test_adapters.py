@@ -412,8 +412,9 @@ def test_numpy_adapter_base_fills_in_the_protocol():
 
 def test_a_numpy_adapter_claiming_attention_vjp_says_it_has_no_autodiff():
     """An adapter's backward pass is the framework's autodiff through its op; NumPy has none, so a
-    NumPy adapter that claims "attention_vjp" gets the NotImplementedError of a backend without
-    "grad" (reported as not implemented), not an AttributeError from the array machinery."""
+    NumPy adapter that claims "attention_vjp" without writing one is refused when it is built, in
+    one line naming what to implement (tests/test_adapter_claims.py), not met by an AttributeError
+    from the array machinery on the first call."""
     from mhaspec.backends.adapters import NumpyAdapter
 
     class Claims(NumpyAdapter):
@@ -424,9 +425,8 @@ def test_a_numpy_adapter_claiming_attention_vjp_says_it_has_no_autodiff():
             w = np.exp(q @ k.swapaxes(-1, -2) * m.scale)
             return (w / w.sum(axis=-1, keepdims=True)) @ v, None
 
-    q, k, v = _qkv(np.random.default_rng(11))
-    with pytest.raises(NotImplementedError, match="no automatic differentiation"):
-        Claims("claims-vjp").attention_vjp(q, k, v, np.ones((B, H, L_Q, v.shape[-1])))
+    with pytest.raises(ValueError, match="no automatic differentiation: implement attention_vjp"):
+        Claims("claims-vjp")
 
 
 def test_module_adapter_base_and_untranslated():

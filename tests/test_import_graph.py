@@ -21,11 +21,7 @@ LAYERS = ("mhaspec.spec", "mhaspec.backends", "mhaspec.conformance")
 
 #: circles allowed for now, each with the reason; the test fails once one is gone, so that its
 #: entry is removed with the fix
-KNOWN_CIRCLES = {
-    frozenset({"mhaspec.backends.np_chunked", "mhaspec.backends.np_chunked_vjp"}):
-        "backends/ is being composed (issue 37, step 1): np_chunked imports its blockwise "
-        "backward inside _attention_vjp",
-}
+KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 #: (module, function) -> why that function imports a project module when it runs; backends/ is
 #: left out of this rule while it is being composed (issue 37, step 1)
