@@ -106,19 +106,17 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--one-after-another", action="store_true",
                    help="with --merge: the soaks ran one after another, so their times add up "
                         "(default: side by side, the longest is the soak's time)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="seed of the generator of per-round Hypothesis seeds, the base seed of "
-                        "every shard with --shard/--shards (default: random; recorded)")
-    p.add_argument("--shard", type=soak_shards.parse_shard, default=None, metavar="I/N",
-                   help="run shard I of N: its generator's seed is derived from --seed, I and N "
-                        "(SHA-256; mhaspec.soak_shards.shard_seed), so N machines soak with "
-                        "different seeds and --merge adds them up")
-    p.add_argument("--shards", type=usage.at_least(1), default=None, metavar="N",
-                   help="run shards 1..N of --seed (each a subprocess, one after another, or as "
-                        "tasks of --dask) and merge them into --output-dir")
-    p.add_argument("--dask", default=None, metavar="LocalCluster|ADDRESS",
-                   help="with --shards: run the shards as tasks of this Dask cluster "
-                        "(dask.distributed, mhaspec[dask]); LocalCluster starts one here")
+    p.add_argument("--seed", type=int, default=None, help="seed of the generator of per-round "
+                   "Hypothesis seeds; with --shard/--shards, the base seed (default: random)")
+    shards = p.add_argument_group("shards", "a soak split over processes or machines "
+                                  "(mhaspec.soak_shards): shard I of N seeds its generator with "
+                                  "SHA-256 of --seed, I and N, and --merge adds shards up")
+    shards.add_argument("--shard", type=soak_shards.parse_shard, metavar="I/N",
+                        help="run shard I of N")
+    shards.add_argument("--shards", type=usage.at_least(1), metavar="N",
+                        help="run shards 1..N, one after another or on --dask, and merge them")
+    shards.add_argument("--dask", metavar="LocalCluster|ADDRESS", help="with --shards: run each "
+                        "shard as a task of this Dask cluster (mhaspec[dask])")
     return p.parse_args(argv), extra
 
 
@@ -321,8 +319,8 @@ def merge(summaries: list[dict], *, one_after_another: bool = False,
     out["errors"] = [e for s in summaries for e in s.get("errors", [])]
     out.pop("shard", None)
     out.pop("returncode", None)
-    out["shards"] = [{"base_seed": base, "shard": [i, n]}
-                     for base, i, n in sorted({k for s in summaries for k in soak_shards.shards_of(s)})]
+    held = sorted({k for s in summaries for k in soak_shards.shards_of(s)})
+    out["shards"] = [{"base_seed": base, "shard": [i, n]} for base, i, n in held]
     for s in summaries:
         out["rounds"] += s["rounds"]
         out["failures"] += s["failures"]
