@@ -56,3 +56,9 @@ def test_an_edited_certificate_that_was_not_sealed_again_is_refused(tmp_path):
     path.write_text(json.dumps(cert))
     with pytest.raises(usage.UsageError, match="digest mismatch"):
         audit.main([str(path)])
+
+
+def test_a_backend_of_another_name_is_refused_before_anything_runs():
+    with pytest.raises(usage.UsageError, match="^--backend: numpy-batched is numpy-batched, the "
+                                               "certificate is of torch-sdpa-math$"):
+        audit.main([str(CERT), "--backend", "numpy-batched"])

@@ -4,7 +4,8 @@
 
 The auditor picks the seed (``--seed``, default random and printed). The suite runs once, in a
 subprocess (:mod:`mhaspec.runner`), on the backend the certificate names (its ``backend.ref``,
-or ``--backend``), with the ``certify`` profile, ``--hypothesis-seed=S``, ``N`` Hypothesis examples
+or ``--backend``: a backend of the same name; a framework version other than the certificate's
+is printed as a note), with the ``certify`` profile, ``--hypothesis-seed=S``, ``N`` Hypothesis examples
 per test (default 5) and the certificate's own selection (dtypes, ``-k``, ``-m``, deselected
 tests). Each clause's verdict is then computed from these results as certify computes it
 (:func:`mhaspec.conformance.verdicts.clause_verdicts`) and compared with the certificate's: one
@@ -101,9 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     cert = read_certificate(args.certificate)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 32)
     name = cert["backend"]["name"]
+    ref = args.backend or cert["backend"]["ref"]
+    backend = usage.checked_backend(ref)  # one line before anything runs when it cannot load
+    if backend.name != name:
+        raise usage.UsageError(f"--backend: {usage.printable(ref)} is {usage.printable(backend.name)}"
+                               f", the certificate is of {usage.printable(name)}")
+    version, certified = str(backend.framework_version()), cert["backend"]["framework_version"]
+    if version != certified:
+        print(f"mhaspec audit: note: the certificate ran {cert['backend']['framework']} "
+              f"{certified}, this audit runs {version}", flush=True)
     print(f"mhaspec audit: {usage.printable(name)} (certificate of {cert['issued']}, spec "
           f"{cert['spec']['version']}), seed {seed}, {args.examples} examples per test", flush=True)
-    results = rerun(cert, seed=seed, examples=args.examples, ref=args.backend,
+    results = rerun(cert, seed=seed, examples=args.examples, ref=ref,
                     timeout=args.timeout)
     rows = differences(cert, results)
     listed = len(cert["clauses"])
