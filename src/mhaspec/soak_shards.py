@@ -62,7 +62,8 @@ def _seeds(summary: dict) -> set[int]:
 def _suite_text(suite: dict | None) -> str:
     if not suite:
         return "no suite recorded"
-    return f"mhaspec {suite.get('version')}, {certificate.suite_identity(suite)}"
+    commit = f"commit {suite['git_commit'][:12]}, " if suite.get("git_commit") else ""
+    return f"mhaspec {suite.get('version')}, {commit}files SHA-256 {str(suite.get('files_sha256'))[:12]}"
 
 
 def check_mergeable(summaries: list[dict], names: list[str]) -> None:
