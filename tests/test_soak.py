@@ -92,7 +92,8 @@ def test_the_table_says_which_chapters_of_the_spec_ran_in_each_cell():
     row = [line for line in soak.markdown(summary).split("\n") if line.startswith("| b |")][0]
     missing = [ch for ch in chapters if ch not in ("MASK", "SHAPE")]
     assert row.endswith(f"| 2 of {len(chapters)} (not {', '.join(missing)}) |"), row
-    merged = soak.merge([summary, summary])
+    other = {**summary, "rounds": [{**summary["rounds"][0], "seed": 2}]}  # another round seed
+    merged = soak.merge([summary, other])
     assert merged["by_backend_dtype"]["b/float64"]["chapters"] == ["MASK", "SHAPE"]
 
 

@@ -6,7 +6,7 @@
     mhaspec sign CERT.json --key KEY [--force]
     mhaspec replay FAILURE.npz --backend NAME|module:attr | --recorded-backend [--max-bytes N]
     mhaspec backends
-    mhaspec matrix | scoreboard | soak | bench | tolerance-study | errors-table | conventions [ARGS]
+    mhaspec matrix | scoreboard | soak | bench | tolerance-study | errors-table | conventions | audit [ARGS]
 
 Exit status: 0 success (certify: every claimed clause passes), 1 the backend does not conform or a
 replayed case still fails, 2 bad usage or input (one line on stderr, no traceback).
@@ -35,6 +35,7 @@ TOOLS = {
     "tolerance-study": ("mhaspec.tolerance_study", "measure NUM-3 error ratios over many cases"),
     "errors-table": ("mhaspec.errors_table", "the table of invalid inputs and their errors"),
     "conventions": ("mhaspec.conventions", "check the native ops' translated conventions"),
+    "audit": ("mhaspec.audit", "re-run a sample of a certificate's clauses with your seed"),
 }
 
 

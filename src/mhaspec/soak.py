@@ -22,6 +22,14 @@ rewritten: per backend x dtype the Hypothesis examples run and the backend calls
 report's ``examples`` and ``calls`` per result), tests run, the spec chapters whose tests ran and
 failures, and every failure with its seed and message (which carries the reproducer). Exit status
 1 when anything failed.
+
+Past one machine: ``--shard I/N --seed BASE`` runs shard I of N, whose generator of round seeds is
+seeded with the first 8 bytes of SHA-256(``"mhaspec-soak-shard:BASE:I:N"``)
+(:func:`mhaspec.soak_shards.shard_seed`); its summary records ``base_seed``, ``shard`` and
+``suite`` (version, git commit, files digest). ``--merge`` adds shards up and refuses shards of
+different suites and duplicate shards or seeds of one cell. ``--shards N`` runs shards 1..N (each
+``python -m mhaspec.soak --shard I/N`` in a subprocess) one after another, or as tasks of a Dask
+cluster with ``--dask LocalCluster|ADDRESS``, and merges them.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import subprocess
 import sys
 import time
 
-from mhaspec import generated, runner, usage
+from mhaspec import generated, runner, soak_shards, usage
 from mhaspec.backends import registered_backends
 from mhaspec.conformance import verdicts
 from mhaspec.spec import SPEC_VERSION
@@ -98,8 +106,17 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--one-after-another", action="store_true",
                    help="with --merge: the soaks ran one after another, so their times add up "
                         "(default: side by side, the longest is the soak's time)")
-    p.add_argument("--seed", type=int, default=None,
-                   help="seed of the generator of per-round Hypothesis seeds (default: random)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the generator of per-round "
+                   "Hypothesis seeds; with --shard/--shards, the base seed (default: random)")
+    shards = p.add_argument_group("shards", "a soak split over processes or machines "
+                                  "(mhaspec.soak_shards): shard I of N seeds its generator with "
+                                  "SHA-256 of --seed, I and N, and --merge adds shards up")
+    shards.add_argument("--shard", type=soak_shards.parse_shard, metavar="I/N",
+                        help="run shard I of N")
+    shards.add_argument("--shards", type=usage.at_least(1), metavar="N",
+                        help="run shards 1..N, one after another or on --dask, and merge them")
+    shards.add_argument("--dask", metavar="LocalCluster|ADDRESS", help="with --shards: run each "
+                        "shard as a task of this Dask cluster (mhaspec[dask])")
     return p.parse_args(argv), extra
 
 
@@ -279,10 +296,15 @@ def _as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def merge(summaries: list[dict], *, one_after_another: bool = False) -> dict:
+def merge(summaries: list[dict], *, one_after_another: bool = False,
+          names: list[str] | None = None) -> dict:
     """One summary from several soaks: examples, calls, tests and failures add up per cell, and each
     cell keeps the largest target of the soaks that ran it. The elapsed time is the longest when
-    they ran side by side, the sum when ``one_after_another``."""
+    they ran side by side, the sum when ``one_after_another``. Soaks of different suites, or two
+    holding the same shard or round seed of a cell, are refused (:func:`soak_shards.check_mergeable`;
+    ``names``: the files, for its message)."""
+    soak_shards.check_mergeable(summaries, names or [f"summary {k + 1}"
+                                                     for k in range(len(summaries))])
     times = [s.get("elapsed_s", 0.0) for s in summaries]
     per_test = sorted({n for s in summaries  # a merged summary lists its soaks' values
                        for n in _as_list(s.get("examples_per_test", 100))})
@@ -295,6 +317,10 @@ def merge(summaries: list[dict], *, one_after_another: bool = False) -> dict:
            "examples_per_test": per_test[0] if len(per_test) == 1 else per_test,
            "target_examples": max(_target(s) for s in summaries)}
     out["errors"] = [e for s in summaries for e in s.get("errors", [])]
+    out.pop("shard", None)
+    out.pop("returncode", None)
+    held = sorted({k for s in summaries for k in soak_shards.shards_of(s)})
+    out["shards"] = [{"base_seed": base, "shard": [i, n]} for base, i, n in held]
     for s in summaries:
         out["rounds"] += s["rounds"]
         out["failures"] += s["failures"]
@@ -343,23 +369,54 @@ def _record(summary: dict, rnd: _Round, remaining: list[str], target: int) -> No
         remaining.remove(name)
 
 
+def _shard_args(args, extra: list[str]) -> list[str]:
+    """The soak options every shard of ``--shards`` runs with (its shard, seed and output folder
+    are added per shard)."""
+    out = [arg for b in args.backend for arg in ("--backend", b)]
+    out += ["--seconds", str(args.seconds), "--examples", str(args.examples),
+            "--per-test", str(args.per_test), "--jobs", str(args.jobs), "--shapes", args.shapes]
+    out += ["--max-per-test", str(args.max_per_test)] if args.max_per_test else []
+    out += ["--dtypes", args.dtypes] if args.dtypes else []
+    return out + (["--", *extra] if extra else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     args, extra = _parse(sys.argv[1:] if argv is None else argv)
     for ref in args.backend:
         usage.checked_backend(ref)  # a backend that cannot load is one line before anything runs
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    if args.merge:
-        summaries = [usage.read_json(path, "soak summary") for path in args.merge]
+    if args.dask and not args.shards:
+        raise usage.UsageError("--dask: needs --shards N (the shards it runs)")
+    if args.shards and (args.shard or args.merge or args.resume):
+        raise usage.UsageError("--shards: runs and merges every shard; not with --shard, "
+                               "--merge or --resume")
+    base_seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 63)
+    if args.merge or args.shards:
+        if args.shards:
+            try:
+                summaries = soak_shards.run_shards(args.shards, base_seed, _shard_args(args, extra),
+                                                   args.output_dir / "shards", args.dask)
+            except RuntimeError as exc:  # a shard that crashed before writing its summary
+                print(f"soak: {usage.one_line(exc)}", file=sys.stderr)
+                return 1
+            names = [f"shard {i}/{args.shards}" for i in range(1, args.shards + 1)]
+            one_after_another = args.dask is None
+        else:
+            summaries = [usage.read_json(path, "soak summary") for path in args.merge]
+            names = [str(path) for path in args.merge]
+            one_after_another = args.one_after_another
         try:
-            summary = merge(summaries, one_after_another=args.one_after_another)
+            summary = merge(summaries, one_after_another=one_after_another, names=names)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise usage.UsageError(f"--merge: not soak summaries (summary.json of mhaspec soak): "
                                    f"{type(exc).__name__}: {usage.one_line(exc)}") from None
+        if args.shards:
+            summary["dask"] = args.dask
         (args.output_dir / "summary.json").write_text(json.dumps(summary, indent=1), "utf-8")
         (args.output_dir / "summary.md").write_text(markdown(summary), "utf-8")
         print(_table(summary))
         return 1 if summary["failures"] else 0
-    rng = random.Random(args.seed)
+    rng = random.Random(soak_shards.shard_seed(base_seed, *args.shard) if args.shard else base_seed)
     start = time.monotonic()
     deadline = start + args.seconds
     out = args.output_dir / "summary.json"
@@ -384,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                    "jobs": args.jobs, "rounds": [],
                    "by_backend_dtype": {}, "failures": [],
                    "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "spec_version": SPEC_VERSION, "chapters": testable_chapters()}
+                   "spec_version": SPEC_VERSION, "chapters": testable_chapters(),
+                   "base_seed": base_seed, "shard": list(args.shard) if args.shard else None,
+                   "suite": soak_shards.suite_identity()}
     index = max((r["round"] for r in summary["rounds"]), default=0)
     remaining = [b for b in (list(args.backend) or sorted(registered_backends()))
                  if b not in summary.get("unavailable", []) and _examples(summary, b) < args.examples]
