@@ -121,13 +121,19 @@ def expect_close(impl: Cell, case: Case, got: np.ndarray, want: np.ndarray, *, a
 def rejection_problem(impl: Cell, op: str, case: Case, names: str | tuple[str, ...], what: str,
                       **overrides) -> str | None:
     """Make the invalid call ``run(impl, op, case, **overrides)`` (overrides of ``q``, ``k``, ``v``,
-    ``query``, ``key`` or ``value`` replace the case's array); None when it raises ValueError
-    whose message names one of ``names`` (the argument, as a word), else the problem found:
-    accepted, another exception type, or a message that names no argument of ``names``."""
-    names = (names,) if isinstance(names, str) else names
+    ``query``, ``key`` or ``value`` replace the case's array) and judge it by
+    :func:`call_problem`."""
     inputs = {n: overrides.pop(n) for n in ("q", "k", "v", "query", "key", "value") if n in overrides}
+    return call_problem(lambda: run(impl, op, case._replace(**inputs), **overrides), names, what)
+
+
+def call_problem(call, names: str | tuple[str, ...], what: str) -> str | None:
+    """The rejection rule (ERR): None when the invalid ``call()`` raises ValueError whose message
+    names one of ``names`` (the argument, as a word), else the problem found: accepted, another
+    exception type, or a message that names no argument of ``names``."""
+    names = (names,) if isinstance(names, str) else names
     try:
-        run(impl, op, case._replace(**inputs), **overrides)
+        call()
     except ValueError as exc:
         if not any(re.search(rf"\b{re.escape(n)}\b", str(exc)) for n in names):
             return f"{what}: message does not name {' or '.join(names)}: {str(exc)!r:.300}"

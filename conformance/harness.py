@@ -26,15 +26,16 @@ from mhaspec.backends.call_limit import CallTimeout
 from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
 
 from .cell import Cell, Result, fit, note, remember_call, run
-from .expect import (expect_close, expect_oracle, expect_rejections, rejection_problem,
-                     reproducer)
+from .expect import (call_problem, expect_close, expect_oracle, expect_rejections,
+                     rejection_problem, reproducer)
 from .judge import (Check, Reference, allowance, check, float32_hint, judge_parts,
                     lse_for_comparison, lse_scale, magnitude, oracle_result, reference,
                     rows_left_to_mask9, sum_length)
 
 __all__ = ["OPS", "CallTimeout", "Cell", "Result", "cell_deviations", "fit", "note", "op_capabilities",
            "op_deviations", "remember_call", "run",
-           "expect_close", "expect_oracle", "expect_rejections", "rejection_problem", "reproducer",
+           "call_problem", "expect_close", "expect_oracle", "expect_rejections", "rejection_problem",
+           "reproducer",
            "Check", "Reference", "allowance", "check", "float32_hint", "judge_parts",
            "lse_for_comparison", "lse_scale", "magnitude", "oracle_result", "reference",
            "rows_left_to_mask9", "sum_length"]

@@ -281,9 +281,7 @@ def test_invalid_merges_are_rejected(cell):
 def _rejection(cell, what: str, name: str, args: tuple, kw: dict, *, out_dtype=None,
                lse_dtype=None) -> str | None:
     """None when ``merge_states(*args, **kw)`` raises ValueError naming ``name``, else the problem
-    (the harness's rejection rule, :func:`harness.rejection_problem`, for a merge)."""
-    import re
-
+    (the harness's rejection rule, :func:`harness.call_problem`, for a merge)."""
     outputs, lses = args
 
     def convert(x, dtype):
@@ -293,12 +291,4 @@ def _rejection(cell, what: str, name: str, args: tuple, kw: dict, *, out_dtype=N
         [convert(a, out_dtype) for a in outputs]
     ls = [convert(a, lse_dtype) for a in lses]
     extra = {k: convert(v, None) for k, v in kw.items()}
-    try:
-        cell.call("merge_states", outs, ls, **extra)
-    except ValueError as exc:
-        if not re.search(rf"\b{re.escape(name)}\b", str(exc)):
-            return f"{what}: message does not name {name}: {str(exc)!r:.300}"
-        return None
-    except Exception as exc:  # noqa: BLE001 - any other exception type is the finding
-        return f"{what}: raised {type(exc).__name__} instead of ValueError: {exc!s:.300}"
-    return f"{what}: accepted (no ValueError)"
+    return harness.call_problem(lambda: cell.call("merge_states", outs, ls, **extra), name, what)

@@ -255,15 +255,6 @@ def test_invalid_paged_calls_are_rejected(cell):
 
 
 def _rejection(cell, method: str, name: str, what: str, args: list, kw: dict) -> str | None:
-    """None when ``method(*args, **kw)`` raises ValueError naming ``name``, else the problem."""
-    import re
-
-    try:
-        cell.call(method, *args, **kw)
-    except ValueError as exc:
-        if not re.search(rf"\b{re.escape(name)}\b", str(exc)):
-            return f"{what}: message does not name {name}: {str(exc)!r:.300}"
-        return None
-    except Exception as exc:  # noqa: BLE001 - any other exception type is the finding
-        return f"{what}: raised {type(exc).__name__} instead of ValueError: {exc!s:.300}"
-    return f"{what}: accepted (no ValueError)"
+    """None when ``method(*args, **kw)`` raises ValueError naming ``name``, else the problem
+    (:func:`harness.call_problem`)."""
+    return harness.call_problem(lambda: cell.call(method, *args, **kw), name, what)
