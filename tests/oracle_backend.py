@@ -18,7 +18,7 @@ import numpy as np
 
 from mhaspec.backends import (CAPABILITIES, AttentionOutputs, Backend, MHAParams, serving,
                               validation)
-from mhaspec.backends.np_backend import BATCHED as NUMPY_PRIMITIVES
+from mhaspec.backends.np_backend import BATCHED as NUMPY_BACKEND
 from mhaspec.spec import oracle, oracle_serving, oracle_vjp
 
 
@@ -129,7 +129,7 @@ class OracleBackend(Backend):
                      lse_layout="batch"):
         """The oracle's merge (``oracle_serving.merge_states``) after MERGE-6's checks."""
         conventions = {"lse_base": lse_base, "empty_lse": empty_lse, "lse_layout": lse_layout}
-        outputs, lses = serving.check_call(NUMPY_PRIMITIVES, outputs, lses, sinks, conventions)
+        outputs, lses = serving.check_call(NUMPY_BACKEND.ops, outputs, lses, sinks, conventions)
         out, lse = self._merge(outputs, lses, sinks, conventions)
         return out.astype(outputs[0].dtype), lse.astype(outputs[0].dtype)
 
@@ -142,7 +142,7 @@ class OracleBackend(Backend):
                         causal=False, scale=None):
         """The oracle's paged attention (``oracle_serving.paged_attention``) after PAGE-4's
         checks."""
-        serving.check_paged(NUMPY_PRIMITIVES, q, k_pages, v_pages, block_table, seq_lens,
+        serving.check_paged(NUMPY_BACKEND, q, k_pages, v_pages, block_table, seq_lens,
                             query_start_loc, causal)
         return self._paged(q, k_pages, v_pages, block_table, seq_lens, query_start_loc,
                            causal, scale).astype(q.dtype)
@@ -155,7 +155,7 @@ class OracleBackend(Backend):
 
     def write_pages(self, k_pages, v_pages, k, v, slot_mapping):
         """The oracle's page write (``oracle_serving.write_pages``) after PAGE-4's checks."""
-        slots = serving.check_write(NUMPY_PRIMITIVES, k_pages, v_pages, k, v, slot_mapping)
+        slots = serving.check_write(NUMPY_BACKEND, k_pages, v_pages, k, v, slot_mapping)
         return self._write(k_pages, v_pages, k, v, slots)
 
     def _write(self, k_pages, v_pages, k, v, slots):
