@@ -13,8 +13,10 @@ def _declaring(backend, clauses: tuple[str, ...], reason: str):
     return backend
 
 
+#: SEG-3 (causal, window and ALiBi counted within a segment) draws windows too, and the same
+#: off-by-one shows there: the backend declares both
 WINDOW_OFF_BY_ONE_DECLARED = _declaring(
-    broken.WindowOffByOne("declared-window-off-by-one"), ("WIN-1",),
+    broken.WindowOffByOne("declared-window-off-by-one"), ("WIN-1", "SEG-3"),
     "the window admits one key more on the left (j >= i - left - 1)")
 #: ALIBI-2 (ALiBi equals its explicit bias) is broken by the same sign: its test is about ALiBi
 #: (it requires "alibi") and keeps it, so the backend declares both
@@ -26,5 +28,5 @@ LSE_COTANGENT_REFUSED_DECLARED = _declaring(
     broken.LseCotangentRefused("declared-dlse-refused"), ("GRAD-8",),
     "a non-zero d_lse raises NotImplementedError (GRAD-11's refusal)")
 #: backend name -> the clauses it declares
-DECLARED = {"declared-window-off-by-one": {"WIN-1"}, "declared-alibi-sign": {"ALIBI-1", "ALIBI-2"},
+DECLARED = {"declared-window-off-by-one": {"WIN-1", "SEG-3"}, "declared-alibi-sign": {"ALIBI-1", "ALIBI-2"},
             "declared-dlse-refused": {"GRAD-8"}}
