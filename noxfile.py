@@ -107,7 +107,8 @@ def tests(session: nox.Session) -> None:
     skip without a GPU, the browser check without Chromium (the ``docs_browser`` session requires
     it)."""
     install(session, *FRAMEWORKS, *ECOSYSTEM, groups=("test", "docs", "bench"))
-    session.run("pytest", *session.posargs)
+    # the slowest tests, printed at the end: where the CI run's time goes
+    session.run("pytest", "--durations=30", *session.posargs)
 
 
 #: Where ``nox -s conformance`` keeps its results and the conformance matrix rendered from them.

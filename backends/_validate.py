@@ -23,9 +23,12 @@ FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 CAUSAL_VALUES = (None, "top_left", "bottom_right")
 #: The clauses whose every test checks that invalid input is rejected, by checks made here: a
 #: backend that runs this validation before calling a library satisfies them whatever the library
-#: does with invalid input (an adapter: its certificate says so, ``validated_clauses``).
+#: does with invalid input (an adapter: its certificate says so, ``validated_clauses``). MERGE-6
+#: and PAGE-4 (spec 1.4) are checked by ``serving.check_call``, ``check_paged`` and
+#: ``check_write``, which every merge_states, paged_attention and write_pages built on this
+#: package runs before computing.
 REJECTION_CLAUSES = frozenset({*(f"ERR-{i}" for i in range(1, 11)), "GQA-2", "SOFTCAP-2", "WIN-2",
-                               "ALIBI-3", "SEG-5", "CACHE-4", "SINK-4"})
+                               "ALIBI-3", "SEG-5", "CACHE-4", "SINK-4", "MERGE-6", "PAGE-4"})
 
 
 class Arg(NamedTuple):

@@ -84,10 +84,12 @@ NAMED = {
     "SINK_ADDED_TO_EVERY_LOGIT": "sink added to every logit",
     "SINK_LEFT_OUT_OF_THE_LSE": "lse without the sink",
 }
-#: the share of the catalogue named correctly (63 of 63 when measured; 55 of 63 before the
-#: signatures of the spec 1.3 backward pass and sinks; 44 of 55 before the signatures of the spec
-#: 1.2 chapters, the large-logit cases and the mask-vs-bias check)
-RATE = 55 / 55
+#: the share of the catalogue named correctly: 63 of 69 when measured. The six entries of spec
+#: 1.4's MERGE and PAGE chapters (MERGE_*, PAGE_INDEX_OFF_BY_ONE, STALE_SLOT_READ,
+#: WRITE_TO_THE_NEXT_SLOT) have no signature yet: :func:`diagnosis.diagnose` calls sdpa, mha and
+#: attention_vjp only, never merge_states or paged_attention. (63 of 63 before them; 55 of 63
+#: before the signatures of the spec 1.3 backward pass and sinks; 44 of 55 before those of 1.2.)
+RATE = 63 / 69
 
 
 @pytest.fixture(scope="module")
