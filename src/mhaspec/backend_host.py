@@ -55,6 +55,9 @@ def read_claims(backend) -> dict:
     for name in ("validated_clauses", "library_validates"):  # an adapter's (mhaspec.backends.adapters)
         claims[name] = member(name, getattr, backend, name, ())
     claims["sub_cases"] = member("sub_cases", getattr, backend, "sub_cases", {})
+    # spec 1.4, MERGE-3: the lse conventions merge_states accepts (None: LSE-1's alone)
+    claims["merge_conventions"] = member("merge_conventions", getattr, backend, "merge_conventions",
+                                         None)
     claims["framework_version"] = member("framework_version()",
                                          lambda: str(backend.framework_version()))
     scoped = getattr(backend, "capabilities_for", None)

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from mhaspec.backends import ALL_DTYPES, CAPABILITIES
 from mhaspec.backends.claim_readers import OPS
+from mhaspec.backends.serving import MERGE_CONVENTIONS
 from mhaspec.backends.sub_cases import check_rules
 from mhaspec.spec import load as load_spec
 
@@ -31,7 +32,9 @@ class Claims:
     ``library_validates``: an adapter's clauses satisfied by its shared argument validation and
     those it leaves to its library (:mod:`mhaspec.backends.adapters`); ``sub_cases``: the parts of
     capabilities it supports (:mod:`mhaspec.backends.sub_cases`); ``device_names``: usable
-    device -> its readable name (:func:`mhaspec.backend_host.device_name`)."""
+    device -> its readable name (:func:`mhaspec.backend_host.device_name`); ``merge_conventions``:
+    argument -> the values ``merge_states`` accepts (MERGE-3), None when the backend declares none
+    (LSE-1's conventions alone)."""
 
     name: str
     framework: str
@@ -49,6 +52,7 @@ class Claims:
     sub_cases: Mapping[str, Mapping[str, tuple[str, ...]]] = field(
         default_factory=lambda: MappingProxyType({}))
     device_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    merge_conventions: Mapping[str, tuple[str, ...]] | None = None
 
 
 def _str(what: str, v) -> str:
@@ -146,9 +150,27 @@ def checked(raw: dict) -> Claims:
         validated_clauses=_clause_ids("validated_clauses", raw.get("validated_clauses", [])),
         library_validates=_clause_ids("library_validates", raw.get("library_validates", [])),
         sub_cases=_sub_cases(raw.get("sub_cases", {})),
+        merge_conventions=_merge_conventions(raw.get("merge_conventions")),
         device_names=MappingProxyType({
             d: _str(f"the name of device {d!r}", raw.get("device_names", {}).get(d))[:200]
             for d in dtypes}))
+
+
+def _merge_conventions(v) -> Mapping[str, tuple[str, ...]] | None:
+    """A backend's ``merge_conventions`` (argument -> accepted values, MERGE-3), checked and
+    frozen; None stays None."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise ClaimError(f"merge_conventions must be a mapping of argument to values, got {_kind(v)}")
+    unknown = sorted(set(v) - set(MERGE_CONVENTIONS))
+    if unknown:
+        raise ClaimError(f"merge_conventions names unknown arguments {unknown} "
+                         f"(known: {sorted(MERGE_CONVENTIONS)})")
+    return MappingProxyType({name: tuple(sorted(_names(f"merge_conventions[{name!r}]", values,
+                                                       MERGE_CONVENTIONS[name]),
+                                                key=MERGE_CONVENTIONS[name].index))
+                             for name, values in v.items()})
 
 
 def _sub_cases(v) -> Mapping:

@@ -1,0 +1,42 @@
+"""The lse conventions a backend's merge_states accepts (MERGE-3, ``merge_conventions``) cross the
+sealed path with its other claims, checked like them; without them a sealed backend was judged
+on LSE-1's conventions alone (base 2, +inf and the tokens layout reported not implemented)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mhaspec.backend_host import read_claims
+from mhaspec.backends import load_backend, serving
+from mhaspec.claims import ClaimError, checked
+
+
+def _sealed_view(claims):
+    """What the judging process's SealedBackend exposes of the conventions."""
+    return type("Sealed", (), {"merge_conventions": claims.merge_conventions})()
+
+
+def test_a_backends_merge_conventions_reach_the_judging_process():
+    backend = load_backend("numpy-batched")
+    claims = checked(read_claims(backend))
+    assert serving.conventions_of(_sealed_view(claims)) == serving.conventions_of(backend)
+    assert serving.conventions_of(_sealed_view(claims))["lse_base"] == ("e", "2")
+
+
+def test_a_backend_declaring_none_is_judged_on_lse_1s_conventions():
+    class Plain:
+        pass
+    claims = checked({**read_claims(load_backend("numpy-batched")), "merge_conventions": None})
+    assert claims.merge_conventions is None
+    assert serving.conventions_of(_sealed_view(claims)) == serving.conventions_of(Plain())
+
+
+@pytest.mark.parametrize("declared, words", [
+    ({"lse_base": ["10"]}, ["merge_conventions['lse_base']", "'10'"]),
+    ({"base": ["e"]}, ["merge_conventions", "unknown arguments", "'base'"]),
+    (["e"], ["merge_conventions", "mapping"])])
+def test_merge_conventions_of_the_wrong_kind_are_a_claim_error(declared, words):
+    raw = {**read_claims(load_backend("numpy-batched")), "merge_conventions": declared}
+    with pytest.raises(ClaimError) as err:
+        checked(raw)
+    assert all(w in str(err.value) for w in words), str(err.value)
