@@ -613,3 +613,149 @@ def test_the_window_size_convention_key_catches_a_window_one_key_short():
     [row] = conventions.confirm(SlidingWindow("sliding-window-test"))
     assert row.convention == "window-size" and row.confirmed, row
     assert row.translated.startswith("agrees") and "differs" in row.untranslated
+
+
+# ------------------------------------------------------------------ spec 1.3's notes (E8-E11)
+#
+# gpt-oss @ 7b58334; FlashInfer @ fb28d72; onnxruntime @ 008eeb96 (the CPU GroupQueryAttention
+# kernel of an older release); the installed jax 0.10.2 and torch 2.13 (files on disk).
+
+def gpt_oss_sliding(w, n):
+    """gpt-oss gpt_oss/torch/model.py:161-165 (``sdpa``): ``triu(full(-inf), diagonal=1)`` plus, with
+    ``sliding_window > 0``, ``tril(full(-inf), diagonal=-sliding_window)``: key j for query i iff
+    i - W < j <= i."""
+    idx = np.arange(n)
+    diff = idx[:, None] - idx[None, :]
+    return (diff >= 0) & (diff < w)
+
+
+def flashinfer_window_left(w, l_q, l_k):
+    """FlashInfer include/flashinfer/attention/variants.cuh:88-90 (``kv_idx + qo_len + window_left
+    >= kv_len + qo_idx``) AND the causal mask of prefill.cuh:1516-1517 (masked where ``kv_idx +
+    qo_len > kv_len + q_idx``): bottom-right, keys p - W <= j <= p with p = i + L_k - L_q."""
+    i = np.arange(l_q)[:, None]
+    j = np.arange(l_k)[None, :]
+    return (j + l_q + w >= l_k + i) & ~(j + l_q > l_k + i)
+
+
+def ort_cpu_local_window(w, l_q, past):
+    """onnxruntime contrib_ops/cpu/bert/gqa_attention_base.h @ 008eeb96, ``ComputeAttentionProbs``:
+    ``seq_causal_length = past_seqlen + seq + 1``; when it exceeds ``local_window_size_ + 1`` the
+    first ``seq_causal_length - local_window_size_ - 1`` probabilities are zeroed and the softmax
+    runs over the last ``local_window_size_ + 1``: W + 1 keys."""
+    causal_length = past + np.arange(l_q)[:, None] + 1
+    j = np.arange(past + l_q)[None, :]
+    return (j < causal_length) & (j >= causal_length - w - 1)
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 5])
+def test_sliding_window_w_is_w_keys_in_gpt_oss_and_w_plus_1_in_flashinfer_and_older_ort_cpu(w):
+    """Erratum 1.3-E9: gpt-oss's ``sliding_window = W`` is W keys, ``window=(W - 1, 0)``; FlashInfer's
+    ``window_left = W`` with its causal mask and the older ONNX Runtime CPU kernel's
+    ``local_window_size = W`` are W + 1 keys, ``window=(W, 0)`` (bottom-right, CACHE-2's positions
+    with a cache)."""
+    rng = np.random.default_rng(40 + w)
+    for _ in range(CASES // 10):
+        n, past = int(rng.integers(1, 10)), int(rng.integers(0, 6))
+        _same_as_oracle(rng, gpt_oss_sliding(w, n), n, n, causal="bottom_right", window=(w - 1, 0))
+        l_k = n + past
+        _same_as_oracle(rng, flashinfer_window_left(w, n, l_k), n, l_k, causal="bottom_right",
+                        window=(w, 0))
+        _same_as_oracle(rng, ort_cpu_local_window(w, n, past), n, l_k, causal="bottom_right",
+                        window=(w, 0))
+    n = w + 3  # the conventions differ by one key once a row has more than W + 1 keys before it
+    assert not np.array_equal(gpt_oss_sliding(w, n), flashinfer_window_left(w, n, n))
+
+
+def flashinfer_lse(q, k, allowed, scale):
+    """FlashInfer's log-sum-exp, base 2: the logits are multiplied by ``sm_scale * log2e``
+    (include/flashinfer/attention/variants.cuh:54) and the state returns ``m + log2(d)``
+    (state.cuh:45; m the row maximum, d the sum of ``exp2`` of the shifted logits). (B, h, L_q)."""
+    s = scale * math.log2(math.e) * np.einsum("bhqd,bhkd->bhqk", q, k)
+    s = np.where(allowed[:, None], s, -np.inf)
+    m = s.max(-1)
+    return m + np.log2(np.exp2(s - m[..., None]).sum(-1))
+
+
+def flashinfer_merge(v_a, s_a, v_b, s_b):
+    """FlashInfer include/flashinfer/attention/cascade.cuh:53-72 (``MergeStateKernel``; ``s_a``,
+    ``s_b`` base 2 as its :42 says): weights ``exp2(s - max)``, merged lse ``log2(d) + max``."""
+    s_max = np.maximum(s_a, s_b)
+    a, b = np.exp2(s_a - s_max), np.exp2(s_b - s_max)
+    d = a + b
+    return (a / d)[..., None] * v_a + (b / d)[..., None] * v_b, np.log2(d) + s_max
+
+
+def test_flashinfer_lse_is_lse_1_in_base_2():
+    """Erratum 1.3-E11: FlashInfer's lse is LSE-1's divided by ln 2, and its merge (base 2) equals
+    LSE-2's merge (natural) after that conversion; read as natural, it is not LSE-1."""
+    rng = np.random.default_rng(44)
+    for _ in range(CASES // 5):
+        l_q, l_k = _lengths(rng, 1, 8)
+        q, k, v = _qkv(rng, 2, 2, l_q, l_k + 1)
+        allowed = np.ones((2, l_q, l_k + 1), bool)
+        spec = oracle.attention_result(q, k, v)
+        lse2 = flashinfer_lse(q, k, allowed, 1 / math.sqrt(q.shape[-1]))
+        np.testing.assert_allclose(lse2 * math.log(2), spec.lse, **EXACT)
+        assert not np.allclose(lse2, spec.lse)
+        split = int(rng.integers(1, l_k + 1))
+        left = oracle.attention_result(q, k[:, :, :split], v[:, :, :split])
+        right = oracle.attention_result(q, k[:, :, split:], v[:, :, split:])
+        out, lse = flashinfer_merge(left.output, left.lse / math.log(2),
+                                    right.output, right.lse / math.log(2))
+        np.testing.assert_allclose(out, spec.output, **EXACT)
+        np.testing.assert_allclose(lse * math.log(2), spec.lse, **EXACT)
+
+
+def test_installed_jax_return_residual_is_its_transcription():
+    """Erratum 1.3-E10: the installed jax (0.10.2: jax/_src/nn/functions.py:859-866
+    ``_get_large_negative``, :921-922 the ``where``, :978-981 and :1022-1026 the residual, laid
+    out (B, T, N)) returns :func:`jax_lse`: LSE-1 on rows with a key, -0.7 * finfo(float32).max
+    (+ log L_k, lost to rounding in float32) on an empty row."""
+    jax = pytest.importorskip("jax")
+    rng = np.random.default_rng(45)
+    for l_q, l_k in [(3, 5), (5, 3), (4, 4)]:
+        q, k, v = _qkv(rng, 2, 2, l_q, l_k)
+        kv_len = np.array([0, l_k - 1], np.int32)
+        to_jax = lambda x: np.asarray(x.transpose(0, 2, 1, 3), np.float32)  # noqa: E731
+        _, lse = jax.nn.dot_product_attention(to_jax(q), to_jax(k), to_jax(v), is_causal=True,
+                                              key_value_seq_lengths=kv_len, return_residual=True)
+        lse = np.asarray(lse, np.float64).transpose(0, 2, 1)
+        allowed = _spec_allowed(2, l_q, l_k, causal=True, alignment="top_left",
+                                key_value_seq_lengths=kv_len)
+        want = jax_lse(q, k, allowed, 1 / math.sqrt(q.shape[-1]))
+        np.testing.assert_allclose(lse, want, rtol=1e-5, atol=1e-5)
+        empty = np.broadcast_to(~allowed.any(-1)[:, None], lse.shape)
+        assert empty.any() and np.all(lse[empty] == np.float32(-0.7 * np.finfo(np.float32).max))
+
+
+def test_cudnn_through_jax_and_torch_memory_efficient_backward_return_a_bias_gradient():
+    """Erratum 1.3-E8: both backward passes return dBias. JAX's cuDNN path exports it whenever a
+    bias is given (jax 0.10.2 jax/_src/cudnn/fused_attention_stablehlo.py:91-92
+    ``should_export_dbias`` returns True; :2060-2062 ``variadic_args = (has_bias, has_dbias)``;
+    :614-623 the backward's abstract value adds ``grad bias`` with the bias's shape; :466-481 the
+    VJP rule returns it). PyTorch's ``_scaled_dot_product_efficient_attention_backward`` returns
+    ``grad_bias`` with the bias's shape when ``grad_input_mask[3]`` (torch 2.13
+    torch/_meta_registrations.py:6540-6596). Shapes only (the kernels run on CUDA): the values are
+    GRAD-9's to judge."""
+    jax = pytest.importorskip("jax")
+    torch = pytest.importorskip("torch")
+    from jax import core
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+
+    f16 = jax.numpy.float16
+    q, k, bias = (core.ShapedArray(s, f16) for s in [(2, 5, 3, 8), (2, 7, 3, 8), (1, 3, 5, 7)])
+    unused = core.ShapedArray((0,), f16)
+    assert cudnn.should_export_dbias(bias.shape, q.shape, 0)
+    grads = cudnn._dot_product_attention_bwd_abstract(
+        q, k, k, bias, *[unused] * 6, core.ShapedArray((2, 3, 5), np.float32), q, q, scale=1.0,
+        seed=0, dropout_rate=0.0, variadic_args=(True, True), mask_type=0, layout=0,
+        sliding_window_length=None)
+    assert [g.shape for g in grads] == [q.shape, k.shape, k.shape, bias.shape]
+
+    meta = lambda *s: torch.empty(s, device="meta")  # noqa: E731
+    args = (meta(2, 3, 5, 8), meta(2, 3, 5, 8), meta(2, 3, 7, 8), meta(2, 3, 7, 8), meta(1, 3, 5, 7),
+            meta(2, 3, 5, 8), meta(2, 3, 5), meta(), meta(), 0.0)
+    backward = torch.ops.aten._scaled_dot_product_efficient_attention_backward
+    assert backward(*args, [True] * 4, False)[3].shape == (1, 3, 5, 7)
+    assert backward(*args, [True, True, True, False], False)[3] is None
