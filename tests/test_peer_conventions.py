@@ -733,10 +733,10 @@ def test_cudnn_through_jax_and_torch_memory_efficient_backward_return_a_bias_gra
     """Erratum 1.3-E8: both backward passes return dBias. JAX's cuDNN path exports it whenever a
     bias is given (jax 0.10.2 jax/_src/cudnn/fused_attention_stablehlo.py:91-92
     ``should_export_dbias`` returns True; :2060-2062 ``variadic_args = (has_bias, has_dbias)``;
-    :614-623 the backward's abstract value adds ``grad bias`` with the bias's shape; :466-481 the
+    :611-623 the backward's abstract value adds ``grad bias`` with the bias's shape; :466-481 the
     VJP rule returns it). PyTorch's ``_scaled_dot_product_efficient_attention_backward`` returns
     ``grad_bias`` with the bias's shape when ``grad_input_mask[3]`` (torch 2.13
-    torch/_meta_registrations.py:6540-6596). Shapes only (the kernels run on CUDA): the values are
+    torch/_meta_registrations.py:6540-6597). Shapes only (the kernels run on CUDA): the values are
     GRAD-9's to judge."""
     jax = pytest.importorskip("jax")
     torch = pytest.importorskip("torch")
