@@ -554,7 +554,7 @@ def test_the_papers_plus_m_j_and_attention_gyms_signed_alibi_under_causal_are_al
 
 
 def test_onnx_stores_scale_and_softcap_as_float32():
-    """Erratum E6 (note): ONNX ``Attention``'s ``scale`` and ``softcap`` are FLOAT attributes
+    """Erratum E7 (note): ONNX ``Attention``'s ``scale`` and ``softcap`` are FLOAT attributes
     (``AttributeProto.f``, 32 bits): a float64 model through ONNX computes with the scale rounded
     to float32, which moves float64 outputs by 1e-9 to 1e-8 (2e-8 on this case): visible to a
     float64 certification."""
