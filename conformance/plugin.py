@@ -332,11 +332,14 @@ def pytest_cmdline_main(config: pytest.Config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items) -> None:
-    """Order the items cell by cell, by spec clause within a cell (:func:`scheduling.by_cell`).
+    """Order the items cell by cell, by spec clause within a cell (:func:`scheduling.by_cell`),
+    each with its clause ids as keywords (``-k "MASK-1"``; a substring match, as ``-k`` is).
     Every testable clause must be named by a test when the whole suite is collected; when only part of it is, the clauses no
     collected test names are recorded as not run."""
     items[:] = scheduling.by_cell(items, [b.name for b in config.stash.get(BACKENDS_KEY, [])],
                                   [c.id for c in load_spec().clauses])
+    for item in items:  # ``-k MASK-1`` selects the tests of a clause (before -k deselects)
+        item.extra_keyword_matches.update(c for m in item.iter_markers("clause") for c in m.args)
     if not any(_record(item) for item in items):
         return
     _check_clause_tags(items)
