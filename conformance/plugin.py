@@ -66,7 +66,8 @@ from mhaspec.backends import loadable, registered_backends
 from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
 from mhaspec.spec import load as load_spec
 
-from . import activation, cell, clause_capabilities, conditions, expect, results, scheduling, strategies
+from . import (activation, cell, clause_capabilities, condition_audit, expect, observation, results,
+               scheduling, strategies)
 from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
 from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
@@ -498,7 +499,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         report.outcome = "failed"
         report.longrepr = f"an expected failure the suite did not declare is a failure: {why}"
     state = state_of(item)  # the one record of the item (pytest_runtest_call made it)
-    left_out = conditions.sub_cases_left_out(state) if report.when == "call" else []
+    left_out = observation.sub_cases_left_out(state) if report.when == "call" else []
     if left_out and report.failed and call.excinfo.errisinstance(
             (Unsatisfiable, FailedHealthCheck)):  # every case drew a sub-case the backend does
         # not support (Hypothesis found none to run): not implemented, not a failure
@@ -514,9 +515,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         if report.when == "call":  # the rows of each clause's condition space its cases held,
             # and the values a capability the backend does not claim kept out (not implemented)
             claims = op_capabilities(cell.of_item(item).backend, item.callspec.params.get("op"))
-            info["conditions"] = conditions.ran(state, record["clauses"])
-            info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims,
-                                                                      state)
+            info["conditions"] = observation.ran(state, record["clauses"])
+            info["conditions_not_implemented"] = condition_audit.unclaimed(
+                record["clauses"], claims, state)
         if report.when == "call" and report.failed:
             report.sections.append(("mhaspec: the clause", clause_lines(record["clauses"])))
             info["replay"] = expect.save_last_call(state, record["clauses"][0]) or None
