@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import positions
-from ._validate import Features
+from ._validate_features import Features
 
 
 class Plan(NamedTuple):

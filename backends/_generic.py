@@ -11,7 +11,7 @@ calls:
 * ``_sdpa(q, k, v, masks, features) -> AttentionOutputs`` and
 * ``_mha(query, key, value, params, num_heads, masks, features, num_kv_heads) -> AttentionOutputs``
 
-(``features``: the validated :class:`~._validate.Features`, empty for a 1.1 call). By default
+(``features``: the validated :class:`~._validate_features.Features`, empty for a 1.1 call). By default
 they fold the features into the masks (the public :meth:`~ArrayBackend.fold_features`, which the
 backward passes use too), lay out a KV cache, and run the :mod:`.algorithms` object chosen at
 construction through ``_attention`` / ``_multi_head``: the one function per operation that the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from . import _validate, algorithms, autodiff_vjp, calls, serving
 from ._base import CAPABILITIES, AttentionOutputs, Backend, MHAParams
-from ._validate import Features
+from ._validate_features import Features
 from .algorithms import LEGACY_MASK_VALUE, Algorithm, Cache  # noqa: F401  (re-exported)
 from .calls import MaskArgs, MHACall  # noqa: F401  (re-exported)
 from .primitives import check_ops

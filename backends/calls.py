@@ -16,9 +16,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _validate
+from . import _validate, _validate_features
 from ._base import MHAParams
-from ._validate import Arg, Features, KVGeometry
+from ._validate import Arg
+from ._validate_features import Features, KVGeometry
 
 #: clause -> (the argument an adapter may pass to its library unchecked, the capability that
 #: needs; ``library_validates``): the clauses whose checks are that one argument's own
@@ -135,11 +136,11 @@ def _scale(backend, op: str, scale, d_k: int):
 
 def _features(backend, op: str, dims, features: dict, dtype: str, kv: KVGeometry,
               causal) -> Features:
-    """The spec 1.2 keyword arguments of a call, validated (``_validate.check_features``), but
+    """The spec 1.2 keyword arguments of a call, validated (``_validate_features.check_features``), but
     those ``library_validates`` leaves to the library: they pass as given."""
     left = {a: features[a] for a in left_to_library(backend) if features.get(a) is not None}
     checked = {n: x for n, x in features.items() if n not in left}
-    return _validate.check_features(
+    return _validate_features.check_features(
         op, dims, checked, dtype=dtype, kv=kv, causal=causal, backend=backend,
         describe=lambda name, x: arg(backend, op, name, x))._replace(**left)
 

@@ -24,7 +24,7 @@ from mhaspec.backends import AttentionOutputs, MHAParams
 from mhaspec.backends.call_limit import call_with_limit
 from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
 
-from . import conditions, features, governed
+from . import features, governed, observation
 from .item_state import run_settings, running, running_clauses, running_requirements
 from .strategies import Case, CaseSpec, build_case
 
@@ -172,12 +172,12 @@ def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
     state = running()
     remember_call(impl, op, case, overrides)
     if state is not None:
-        conditions.note(state, op, case.spec)
+        observation.note(state, op, case.spec)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}
-    missing = conditions.judge_sub_cases(state, impl.backend, op, kw)
+    missing = observation.judge_sub_cases(state, impl.backend, op, kw)
     if missing and state is not None:  # a sub-case the backend does not support, in a test: not
-        conditions.not_implemented_call(missing)  # implemented, the backend not called
+        observation.not_implemented_call(missing)  # implemented, the backend not called
     if op == "sdpa":
         out = impl.call("scaled_dot_product_attention", impl.arr(case.q), impl.arr(case.k),
                         impl.arr(case.v), **kw)
@@ -198,7 +198,7 @@ def note(op: str, spec: CaseSpec, **recorded: str) -> None:
     values the case does not show (:data:`.conditions.RECORDED`, e.g. the invalid ``argument``)."""
     state = running()
     if state is not None:
-        conditions.note(state, op, spec, **recorded)
+        observation.note(state, op, spec, **recorded)
 
 
 def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") -> CaseSpec:

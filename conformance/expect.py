@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from . import failure_file, tolerance
+from . import failure_file, failure_save, tolerance
 from .cell import Cell, Result, run
 from .item_state import ItemState, run_settings, running
 from .judge import Reference, check, finite_max_abs, float32_hint, magnitude, reference
@@ -34,18 +34,18 @@ def reproducer(impl: Cell, op: str, spec: CaseSpec, overrides: dict | None = Non
 
 def save_failure(impl: Cell, case: Case, op: str, clause: str, overrides: dict,
                  state: ItemState | None = None) -> str:
-    """Save the failing case (array overrides folded in, :func:`failure_file.saveable`) for
+    """Save the failing case (array overrides folded in, :func:`failure_save.saveable`) for
     ``mhaspec replay`` when the run of the test ``state`` records (default: the running test) has a
     failures directory, and check that it reads back; returns the line telling how to replay it
     ("" when not saved) and keeps it in the test's record (``replay``)."""
     state = state if state is not None else running()
     settings = run_settings() if state is None else state.settings
-    fitting = failure_file.saveable(case, overrides)
+    fitting = failure_save.saveable(case, overrides)
     if settings.failures_dir is None or fitting is None:
         return ""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", state.name if state is not None else clause)
     ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
-    path = failure_file.save_case(settings.failures_dir / f"{stem}.npz", impl, fitting[0], op=op,
+    path = failure_save.save_case(settings.failures_dir / f"{stem}.npz", impl, fitting[0], op=op,
                                   clause=clause, backend_ref=ref, overrides=fitting[1])
     try:
         failure_file.read_case(path)

@@ -63,15 +63,15 @@ from hypothesis import HealthCheck, Phase, settings, statistics
 from hypothesis.errors import FailedHealthCheck, Unsatisfiable
 
 from mhaspec.backends import loadable, registered_backends
-from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
+from mhaspec.backends.claim_readers import OPS, op_capabilities
 from mhaspec.spec import load as load_spec
 
-from . import activation, cell, clause_capabilities, conditions, expect, results, scheduling, strategies
+from . import (activation, cell, clause_capabilities, condition_audit, expect, observation, results,
+               scheduling, strategies)
+from .cell_params import DECLARED, cell_params
 from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
 from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
 
-#: how the reason of the suite's own xfail mark, a declared deviation, starts
-DECLARED = "declared deviation: "
 #: seconds a backend call may take unless ``--mhaspec-call-timeout`` says otherwise
 DEFAULT_CALL_TIMEOUT = 60.0
 #: name under which an in-process runner registers its plugin object providing loaded backends
@@ -227,69 +227,6 @@ def _backends(config: pytest.Config, refs: dict[str, str]) -> list:
     return loaded
 
 
-def operation_of(op: str | None, needs: set[str]) -> str | None:
-    """The operation a test exercises, for per-operation scoping: its ``op`` parameter, else the
-    one of "mha" / "sdpa" it requires (None for neither)."""
-    return op or next((o for o in ("mha", "sdpa") if o in needs), None)
-
-
-def _scoped(backend, op: str | None) -> frozenset:
-    """:func:`~mhaspec.backends.claim_readers.op_capabilities`, refused when it claims more than
-    ``capabilities``."""
-    scoped = op_capabilities(backend, op)
-    extra = sorted(scoped - set(backend.capabilities))
-    if extra:
-        raise pytest.UsageError(f"backend {backend.name}: capabilities_for({op!r}) claims {extra}, "
-                                f"which its capabilities (every operation's together) lack")
-    return scoped
-
-
-def _cell_params(metafunc: pytest.Metafunc, backends: list, op: str | None = None) -> list:
-    clauses = [c for m in metafunc.definition.iter_markers("clause") for c in m.args]
-    needs = {c for m in metafunc.definition.iter_markers("requires") for c in m.args}
-    needs |= {op} if op else set()
-    scope = operation_of(op, needs)
-    only = {d for m in metafunc.definition.iter_markers("dtypes") for d in m.args}
-    chosen = metafunc.config.getoption("--mhaspec-dtypes")
-    chosen = set(chosen.split(",")) if chosen else None
-    collector = metafunc.config.stash[COLLECTOR_KEY]
-    params = []
-    for backend in backends:
-        missing = sorted(needs - _scoped(backend, scope))
-        for device, unavailable in backend.devices().items():
-            dtypes = backend.dtypes(device) if unavailable is None else ("float32",)
-            for dtype in dtypes:
-                deviations = op_deviations(cell_deviations(backend, device, dtype),
-                                                     scope)
-                declared = [c for c in clauses if c in deviations]
-                if only and dtype not in only:
-                    continue
-                if chosen and dtype not in chosen:
-                    if clauses and unavailable is None and not missing:
-                        collector.add_not_run({
-                            "backend": backend.name, "device": device, "dtype": dtype,
-                            "clauses": clauses, "why": "--mhaspec-dtypes",
-                            "test": f"{metafunc.definition.name}[{op or ''}]"})
-                    continue
-                marks = []
-                if unavailable is not None:
-                    marks.append(pytest.mark.skip(reason=f"device unavailable: {unavailable}"))
-                elif missing:
-                    marks.append(pytest.mark.skip(
-                        reason=f"{NOT_IMPLEMENTED}: {backend.name} does not claim {missing}"
-                               + (f" for {scope}" if set(missing) <= set(backend.capabilities) else "")))
-                elif declared:
-                    marks.append(pytest.mark.xfail(
-                        strict=True, reason=DECLARED + "; ".join(
-                            f"{c}: {deviations[c]}" for c in declared)))
-                impl = cell.Cell(backend, device, dtype)
-                if op is None:
-                    params.append(pytest.param(impl, id=impl.id, marks=marks))
-                else:
-                    params.append(pytest.param(impl, op, id=f"{impl.id}-{op}", marks=marks))
-    return params
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize ``cell`` (or ``impl``, its former name) and ``op``: "sdpa" / "mha"."""
     names = [n for n in (cell.ARGUMENT, cell.FORMER_ARGUMENT) if n in metafunc.fixturenames]
@@ -298,9 +235,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     backends = metafunc.config.stash[BACKENDS_KEY]
     if "op" in metafunc.fixturenames:
         metafunc.parametrize((names[0], "op"),
-                             [p for op in OPS for p in _cell_params(metafunc, backends, op)])
+                             [p for op in OPS for p in cell_params(metafunc, backends, op)])
     else:
-        metafunc.parametrize(names[0], _cell_params(metafunc, backends))
+        metafunc.parametrize(names[0], cell_params(metafunc, backends))
 
 
 def _record(item: pytest.Item, why: str = "") -> dict | None:
@@ -501,7 +438,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         report.outcome = "failed"
         report.longrepr = f"an expected failure the suite did not declare is a failure: {why}"
     state = state_of(item)  # the one record of the item (pytest_runtest_call made it)
-    left_out = conditions.sub_cases_left_out(state) if report.when == "call" else []
+    left_out = observation.sub_cases_left_out(state) if report.when == "call" else []
     if left_out and report.failed and call.excinfo.errisinstance(
             (Unsatisfiable, FailedHealthCheck)):  # every case drew a sub-case the backend does
         # not support (Hypothesis found none to run): not implemented, not a failure
@@ -517,9 +454,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         if report.when == "call":  # the rows of each clause's condition space its cases held,
             # and the values a capability the backend does not claim kept out (not implemented)
             claims = op_capabilities(cell.of_item(item).backend, item.callspec.params.get("op"))
-            info["conditions"] = conditions.ran(state, record["clauses"])
-            info["conditions_not_implemented"] = conditions.unclaimed(record["clauses"], claims,
-                                                                      state)
+            info["conditions"] = observation.ran(state, record["clauses"])
+            info["conditions_not_implemented"] = condition_audit.unclaimed(
+                record["clauses"], claims, state)
         if report.when == "call" and report.failed:
             report.sections.append(("mhaspec: the clause", clause_lines(record["clauses"])))
             info["replay"] = expect.save_last_call(state, record["clauses"][0]) or None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 from mhaspec.spec import oracle
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.requires("alibi")
 
 
 @pytest.mark.clause("ALIBI-1")
-@conditions.cover("ALIBI-1")
+@covering.cover("ALIBI-1")
 @given(spec=feature_specs(require=("alibi",), allow=("softcap", "window", "segments", "cache",
                                                      "lse"),
                           masks=True, key_padding=True, causal=True))
@@ -45,7 +45,7 @@ def explicit_alibi_bias(case) -> np.ndarray:
 
 
 @pytest.mark.clause("ALIBI-2")
-@conditions.cover("ALIBI-2")
+@covering.cover("ALIBI-2")
 @pytest.mark.requires("bias")
 @given(spec=feature_specs(require=("alibi",), allow=("segments", "cache"), bias=True,
                           causal=True))
@@ -69,8 +69,8 @@ def test_alibi_equals_its_explicit_bias(cell, op, spec):
 @pytest.mark.clause("ALIBI-3")
 @pytest.mark.requires("errors")
 def test_invalid_slopes_are_rejected(cell, op):
-    for spec in conditions.row_specs("ALIBI-3", CaseSpec(seed=81, alignment="top_left"),
-                                     keep=("batch", "heads")):
+    for spec in covering.row_specs("ALIBI-3", CaseSpec(seed=81, alignment="top_left"),
+                                   keep=("batch", "heads")):
         case = cell.case(spec, op)
         h, b = spec.heads, spec.batch
         harness.expect_rejections(cell, op, case, "ALIBI-3", [

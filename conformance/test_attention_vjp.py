@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 
-from mhaspec.conformance import conditions, vjp
+from mhaspec.conformance import covering, vjp
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = [pytest.mark.requires("sdpa", "attention_vjp")]
 
 
 @pytest.mark.clause("GRAD-3")
-@conditions.cover("GRAD-3")
+@covering.cover("GRAD-3")
 @given(spec=feature_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_attention_gradient_agrees_with_the_analytic_gradient(cell, spec):
     vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-3")
@@ -32,7 +32,7 @@ def test_attention_gradient_agrees_with_the_analytic_gradient(cell, spec):
 
 @pytest.mark.clause("GRAD-4")
 @pytest.mark.requires("gqa")
-@conditions.cover("GRAD-4")
+@covering.cover("GRAD-4")
 @given(spec=feature_specs(require=("gqa",), masks=True, causal=True).filter(
     lambda s: s.heads > 1))
 def test_grouped_key_value_gradients_sum_over_the_group(cell, spec):
@@ -41,7 +41,7 @@ def test_grouped_key_value_gradients_sum_over_the_group(cell, spec):
 
 @pytest.mark.clause("GRAD-5")
 @pytest.mark.requires("softcap")
-@conditions.cover("GRAD-5")
+@covering.cover("GRAD-5")
 @given(spec=feature_specs(require=("softcap",), masks=True, bias=True, logit_scales=(1.0, 10.0)))
 def test_soft_cap_gradient_has_the_cap_derivative(cell, spec):
     vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-5")
@@ -49,7 +49,7 @@ def test_soft_cap_gradient_has_the_cap_derivative(cell, spec):
 
 @pytest.mark.clause("GRAD-6")
 @pytest.mark.requires("window")
-@conditions.cover("GRAD-6")
+@covering.cover("GRAD-6")
 @given(spec=feature_specs(require=("window",), allow=("alibi", "softcap"), causal=True))
 def test_window_is_a_constant(cell, spec):
     vjp.expect_gradients(cell, cell.case(spec, "sdpa"), "GRAD-6")
@@ -78,8 +78,8 @@ def test_cache_gradients_go_back_to_the_past_keys_and_values(cell, spec):
 
 @pytest.mark.clause("GRAD-7")
 @pytest.mark.requires("masks")
-@conditions.cover("GRAD-7")
-@given(spec=conditions.specs("GRAD-7"))
+@covering.cover("GRAD-7")
+@given(spec=covering.specs("GRAD-7"))
 def test_rows_and_keys_without_partners_get_exact_zeros(cell, spec):
     case = cell.case(spec, "sdpa")
     got = vjp.expect_gradients(cell, case, "GRAD-7")
@@ -91,7 +91,7 @@ def test_rows_and_keys_without_partners_get_exact_zeros(cell, spec):
 
 @pytest.mark.clause("GRAD-8")
 @pytest.mark.requires("lse")
-@conditions.cover("GRAD-8")
+@covering.cover("GRAD-8")
 @given(spec=feature_specs(allow=("softcap", "gqa"), masks=True, fully_masked=True, causal=True))
 # always run: a cap of 0.5 on logits scaled by 100 saturates tanh, so 1 - tanh^2 is known only to
 # about u absolutely (GRAD-5's path term; TensorFlow's float64 tanh is exactly 1 from about 18 on)
@@ -104,7 +104,7 @@ def test_lse_cotangent_adds_dlse_times_p(cell, spec):
 
 @pytest.mark.clause("GRAD-9")
 @pytest.mark.requires("bias", "bias_grad")
-@conditions.cover("GRAD-9")
+@covering.cover("GRAD-9")
 @given(spec=feature_specs(bias=True, masks=True, allow=("softcap",)).filter(
     lambda s: s.bias_shape is not None))
 def test_bias_gradient_sums_over_its_broadcast_axes(cell, spec):
@@ -117,7 +117,7 @@ FEATURES_16 = ("softcap", "window", "alibi", "gqa", "cache", "segments", "seq_le
 
 @pytest.mark.clause("GRAD-10")
 @pytest.mark.dtypes("float16", "bfloat16")
-@conditions.cover("GRAD-10")
+@covering.cover("GRAD-10")
 @given(spec=feature_specs(allow=FEATURES_16, masks=True, bias=True, key_padding=True, causal=True,
                           fully_masked=True, custom_scale=True))
 def test_16bit_gradient_agrees_under_the_reference_evaluation(cell, spec):
@@ -126,7 +126,7 @@ def test_16bit_gradient_agrees_under_the_reference_evaluation(cell, spec):
 
 @pytest.mark.clause("GRAD-11")
 @pytest.mark.requires("lse")
-@conditions.cover("GRAD-11")
+@covering.cover("GRAD-11")
 @given(spec=feature_specs(allow=("softcap", "gqa"), masks=True, fully_masked=True, causal=True))
 def test_lse_cotangent_is_honoured_or_refused_never_dropped(cell, spec):
     vjp.expect_d_lse_honoured_or_refused(cell, cell.case(spec, "sdpa"))

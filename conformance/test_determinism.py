@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import conditions, harness, vjp
+from mhaspec.conformance import covering, harness, vjp
 from mhaspec.conformance.judge import same_bits
 from mhaspec.conformance.strategies import case_specs, feature_specs
 
@@ -34,7 +34,7 @@ def _expect_identical(impl, what: str, runs: list[dict[str, np.ndarray]]) -> Non
 
 @pytest.mark.clause("DET-1")
 @pytest.mark.requires("deterministic")
-@conditions.cover("DET-1")
+@covering.cover("DET-1")
 @given(spec=feature_specs(allow=("gqa", "softcap", "window", "alibi", "lse"), masks=True,
                           bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_repeated_calls_give_identical_results(impl, op, spec):
@@ -48,7 +48,7 @@ def test_repeated_calls_give_identical_results(impl, op, spec):
 @pytest.mark.clause("DET-1")
 @pytest.mark.requires("deterministic", "sdpa", "attention_vjp")
 @pytest.mark.dtypes("float64", "float32")
-@conditions.cover("DET-1")
+@covering.cover("DET-1")
 @given(spec=feature_specs(allow=("gqa", "softcap", "window", "alibi"), masks=True, bias=True,
                           key_padding=True, causal=True, custom_scale=True))
 def test_repeated_gradients_of_attention_are_identical(impl, spec):
@@ -64,7 +64,7 @@ def test_repeated_gradients_of_attention_are_identical(impl, spec):
 @pytest.mark.clause("DET-1")
 @pytest.mark.requires("deterministic", "mha", "grad")
 @pytest.mark.dtypes("float64", "float32")
-@conditions.cover("DET-1")
+@covering.cover("DET-1")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_repeated_gradients_of_multi_head_attention_are_identical(impl, spec):
     """Every gradient of :data:`REPEATS` ``mha_vjp`` calls on one case."""

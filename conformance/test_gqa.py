@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import CaseSpec, case_specs
 from mhaspec.spec import oracle
 
@@ -64,7 +64,7 @@ def test_grouped_query_attention_uses_key_value_head_i_over_group(cell, spec_g):
 def test_grouped_query_attention_fixed_cases(cell, g):
     """Multi-query (g = 1) and g = 2 on h = 4 and h = 6, and on the sizes of every ordering of
     L_q and L_k (MHA-6's covering rows) where g divides h."""
-    for spec in [*GROUPED, *conditions.row_specs("MHA-6", GROUPED[0])]:
+    for spec in [*GROUPED, *covering.row_specs("MHA-6", GROUPED[0])]:
         if spec.heads % g == 0:
             expect_grouped_oracle(cell, cell.case(spec), g)
 

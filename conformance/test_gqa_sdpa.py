@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("sdpa", "gqa")
@@ -26,7 +26,7 @@ GROUPED = [CaseSpec(batch=2, heads=4, len_q=5, len_k=8, d_k=4, d_v=4, seed=51, k
 
 
 @pytest.mark.clause("GQA-1")
-@conditions.cover("GQA-1")
+@covering.cover("GQA-1")
 @given(spec=feature_specs(require=("gqa",), allow=("softcap", "window", "alibi", "lse"),
                           masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_query_head_i_uses_key_value_head_i_over_group(cell, spec):
@@ -47,7 +47,7 @@ def test_grouped_heads_fixed_cases(cell, spec):
 @pytest.mark.requires("errors")
 def test_head_counts_that_do_not_group_are_rejected(cell):
     """h = 4: k with 3 heads names k; v with other heads than k names v."""
-    for spec in conditions.row_specs("GQA-2", GROUPED[0]._replace(kv_heads=None), keep=("heads",)):
+    for spec in covering.row_specs("GQA-2", GROUPED[0]._replace(kv_heads=None), keep=("heads",)):
         case = cell.case(spec, "sdpa")
         rng = np.random.default_rng(0)
         b, h, l_k, d = case.k.shape

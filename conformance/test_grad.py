@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import conditions, harness, tolerance, vjp
+from mhaspec.conformance import covering, harness, tolerance, vjp
 from mhaspec.conformance.strategies import case_specs
 from mhaspec.spec import oracle
 from mhaspec.spec.oracle_grad import mha_vjp as oracle_vjp
@@ -64,7 +64,7 @@ def expect_oracle_grads(cell, case, got: dict, clause: str) -> None:
 
 
 @pytest.mark.clause("GRAD-1")
-@conditions.cover("GRAD-1")
+@covering.cover("GRAD-1")
 @given(spec=case_specs(masks=True, bias=True, legacy=True, key_padding=True, causal=True,
                        custom_scale=True))
 def test_gradients_agree_with_the_analytic_gradient(cell, spec):
@@ -74,7 +74,7 @@ def test_gradients_agree_with_the_analytic_gradient(cell, spec):
 
 @pytest.mark.clause("GRAD-2")
 @pytest.mark.requires("masks")
-@conditions.cover("GRAD-2")
+@covering.cover("GRAD-2")
 @given(spec=case_specs(masks=True, fully_masked=True, key_padding=True, causal=True))
 def test_masked_rows_and_keys_have_finite_and_zero_gradients(cell, spec):
     case = cell.case(spec)

@@ -6,7 +6,7 @@ from hypothesis import given
 
 from mhaspec.spec import oracle
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import case_specs
 
 pytestmark = pytest.mark.requires("heads")
@@ -18,7 +18,7 @@ def _exact(cell, x):
 
 
 @pytest.mark.clause("HEAD-1")
-@conditions.cover("HEAD-1")
+@covering.cover("HEAD-1")
 @given(spec=case_specs())
 def test_split_heads_gives_head_i_columns_i_d_to_i_plus_1_d(cell, spec):
     case = cell.case(spec)
@@ -30,7 +30,7 @@ def test_split_heads_gives_head_i_columns_i_d_to_i_plus_1_d(cell, spec):
 
 
 @pytest.mark.clause("HEAD-2")
-@conditions.cover("HEAD-2")
+@covering.cover("HEAD-2")
 @given(spec=case_specs())
 def test_combine_heads_concatenates_heads_and_inverts_split(cell, spec):
     case = cell.case(spec)

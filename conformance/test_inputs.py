@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 
 from mhaspec.backends import MHAParams
-from mhaspec.conformance import conditions, harness, vjp
+from mhaspec.conformance import covering, harness, vjp
 from mhaspec.conformance.judge import same_bits
 from mhaspec.conformance.strategies import case_specs, feature_specs
 from mhaspec.spec import oracle
@@ -79,7 +79,7 @@ def _mha_inputs(cell, case, *, one_array: bool = False, **extra) -> Inputs:
 
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("heads")
-@conditions.cover("INPUT-1")
+@covering.cover("INPUT-1")
 @given(spec=case_specs())
 def test_split_heads_and_combine_heads_leave_their_input_unchanged(cell, spec):
     case = cell.case(spec)
@@ -94,7 +94,7 @@ def test_split_heads_and_combine_heads_leave_their_input_unchanged(cell, spec):
 
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("sdpa")
-@conditions.cover("INPUT-1")
+@covering.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
 def test_attention_leaves_its_inputs_unchanged(cell, spec):
     case = cell.case(with_key_padding(spec), "sdpa")
@@ -108,7 +108,7 @@ def test_attention_leaves_its_inputs_unchanged(cell, spec):
 
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("mha")
-@conditions.cover("INPUT-1")
+@covering.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
 def test_multi_head_attention_leaves_its_inputs_unchanged(cell, spec):
     case = cell.case(with_key_padding(spec))
@@ -136,7 +136,7 @@ def test_self_attention_leaves_its_one_input_unchanged(cell, spec):
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("grad")
 @pytest.mark.dtypes("float64", "float32")
-@conditions.cover("INPUT-1")
+@covering.cover("INPUT-1")
 @given(spec=case_specs(**ALL_MASKS))
 def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(cell, spec):
     case = cell.case(spec)
@@ -152,7 +152,7 @@ def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(cell, spec):
 @pytest.mark.clause("INPUT-1")
 @pytest.mark.requires("sdpa", "attention_vjp")
 @pytest.mark.dtypes("float64", "float32")
-@conditions.cover("INPUT-1")
+@covering.cover("INPUT-1")
 @given(spec=feature_specs(allow=("gqa", "softcap", "window", "alibi", "segments", "cache"),
                           masks=True, bias=True, key_padding=True, causal=True,
                           custom_scale=True))

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("kv_cache")
 
 
 @pytest.mark.clause("CACHE-1")
-@conditions.cover("CACHE-1")
+@covering.cover("CACHE-1")
 @given(spec=feature_specs(require=("cache",), allow=("gqa", "softcap", "lse"), masks=True,
                           bias=True, key_padding=True))
 def test_past_is_prepended_and_the_present_cache_returned(cell, op, spec):
@@ -34,7 +34,7 @@ def test_past_is_prepended_and_the_present_cache_returned(cell, op, spec):
 
 @pytest.mark.clause("CACHE-2")
 @pytest.mark.requires("causal")
-@conditions.cover("CACHE-2")
+@covering.cover("CACHE-2")
 @given(spec=feature_specs(require=("cache",), allow=("window", "alibi", "softcap"), masks=True,
                           causal=True).map(lambda s: s._replace(causal="bottom_right")))
 def test_query_i_sits_at_past_length_plus_i(cell, op, spec):
@@ -68,7 +68,7 @@ def _decode(cell, op: str, case, step: int):
 
 @pytest.mark.clause("CACHE-3")
 @pytest.mark.requires("causal")
-@conditions.cover("CACHE-3")
+@covering.cover("CACHE-3")
 @given(spec=feature_specs(allow=("softcap", "window", "alibi"), cross=False).map(
     lambda s: s._replace(causal="bottom_right", alignment=None, self_attention=True)),
     step=st.sampled_from([1, 2, 3]))
@@ -86,8 +86,8 @@ def test_decoding_through_the_cache_equals_one_causal_call(cell, op, spec, step)
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors")
 def test_invalid_caches_are_rejected(cell, op):
-    for spec in conditions.row_specs("CACHE-4", CaseSpec(batch=2, seed=95),
-                                     keep=("batch", "d_k", "d_v")):
+    for spec in covering.row_specs("CACHE-4", CaseSpec(batch=2, seed=95),
+                                   keep=("batch", "d_k", "d_v")):
         case = cell.case(spec, op)
         b, h, d = spec.batch, spec.heads, spec.d_k
         pk, pv = np.zeros((b, h, 2, d)), np.zeros((b, h, 2, d))
@@ -117,7 +117,7 @@ def test_invalid_caches_are_rejected(cell, op):
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors", "causal")
 def test_a_top_left_causal_mask_with_a_cache_is_rejected(cell, op):
-    for spec in conditions.row_specs("CACHE-4", CaseSpec(seed=96), keep=("d_k", "d_v")):
+    for spec in covering.row_specs("CACHE-4", CaseSpec(seed=96), keep=("d_k", "d_v")):
         case = cell.case(spec, op)
         pk = np.zeros((spec.batch, spec.heads, 2, spec.d_k))
         harness.expect_rejections(cell, op, case, "CACHE-4", [
@@ -128,7 +128,7 @@ def test_a_top_left_causal_mask_with_a_cache_is_rejected(cell, op):
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors", "window")
 def test_a_top_left_alignment_with_a_cache_is_rejected(cell, op):
-    for spec in conditions.row_specs("CACHE-4", CaseSpec(seed=97), keep=("d_k", "d_v")):
+    for spec in covering.row_specs("CACHE-4", CaseSpec(seed=97), keep=("d_k", "d_v")):
         case = cell.case(spec, op)
         pk = np.zeros((spec.batch, spec.heads, 2, spec.d_k))
         harness.expect_rejections(cell, op, case, "CACHE-4", [
@@ -139,7 +139,7 @@ def test_a_top_left_alignment_with_a_cache_is_rejected(cell, op):
 @pytest.mark.clause("CACHE-4")
 @pytest.mark.requires("errors", "segments")
 def test_a_cache_with_segments_or_lengths_is_rejected(cell, op):
-    for spec in conditions.row_specs("CACHE-4", CaseSpec(seed=98), keep=("d_k", "d_v")):
+    for spec in covering.row_specs("CACHE-4", CaseSpec(seed=98), keep=("d_k", "d_v")):
         case = cell.case(spec, op)
         b, lq = spec.batch, spec.len_q
         pk = np.zeros((b, spec.heads, 2, spec.d_k))

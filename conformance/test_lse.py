@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import feature_specs
 from mhaspec.spec import oracle
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.requires("lse")
 
 
 @pytest.mark.clause("LSE-1")
-@conditions.cover("LSE-1")
+@covering.cover("LSE-1")
 @given(spec=feature_specs(require=("lse",), allow=("softcap", "window", "alibi", "segments",
                                                    "seq_lengths", "cache"),
                           masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
@@ -43,7 +43,7 @@ def test_lse_of_a_fully_masked_row_is_minus_infinity(cell, op, spec):
 
 @pytest.mark.clause("LSE-2")
 @pytest.mark.requires("sdpa")
-@conditions.cover("LSE-2", cut=0.5)
+@covering.cover("LSE-2", cut=0.5)
 @given(spec=feature_specs(require=("lse",), allow=("softcap",), key_padding=True).filter(
     lambda s: s.len_k > 1), cut=st.floats(0.1, 0.9))
 def test_merging_two_key_blocks_by_lse_equals_the_whole(cell, spec, cut):

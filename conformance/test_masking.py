@@ -10,7 +10,7 @@ from hypothesis import example, given, strategies as st
 from mhaspec.backends import MHAParams
 from mhaspec.spec import oracle
 
-from mhaspec.conformance import conditions, extremes, harness
+from mhaspec.conformance import covering, extremes, harness
 from mhaspec.conformance.strategies import CaseSpec, case_specs, with_causal
 
 pytestmark = pytest.mark.requires("masks")
@@ -34,7 +34,7 @@ def _expect_zero_where_blocked(cell, op, got, allowed, clause):
 
 
 @pytest.mark.clause("MASK-1")
-@conditions.cover("MASK-1")
+@covering.cover("MASK-1")
 @given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
 def test_boolean_mask_true_means_may_attend(cell, op, spec):
     case = cell.case(spec, op)
@@ -56,7 +56,7 @@ def test_masked_keys_get_zero_weight_even_at_large_logits(cell, op, spec):
 
 @pytest.mark.clause("MASK-2")
 @pytest.mark.requires("bias")
-@conditions.cover("MASK-2")
+@covering.cover("MASK-2")
 @given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))
 def test_bias_is_added_to_the_scaled_logits(cell, op, spec):
     case = cell.case(spec, op)
@@ -66,7 +66,7 @@ def test_bias_is_added_to_the_scaled_logits(cell, op, spec):
 @pytest.mark.clause("MASK-3")
 @pytest.mark.requires("legacy_mask")
 @pytest.mark.dtypes("float64", "float32", "bfloat16")
-@conditions.cover("MASK-3")
+@covering.cover("MASK-3")
 @given(spec=case_specs(legacy=True).filter(lambda s: s.legacy_shape is not None))
 def test_legacy_mask_one_means_blocked_times_minus_1e9(cell, op, spec):
     case = cell.case(spec, op)
@@ -103,7 +103,7 @@ def test_legacy_offset_is_exactly_minus_1e9(cell, op):
 
 
 @pytest.mark.clause("MASK-5")
-@conditions.cover("MASK-5")
+@covering.cover("MASK-5")
 @given(spec=case_specs(key_padding=True).filter(lambda s: s.key_padding))
 def test_key_padding_mask_true_means_key_present(cell, op, spec):
     case = cell.case(spec, op)
@@ -114,7 +114,7 @@ def test_key_padding_mask_true_means_key_present(cell, op, spec):
 
 @pytest.mark.clause("MASK-6")
 @pytest.mark.requires("causal")
-@conditions.cover("MASK-6")
+@covering.cover("MASK-6")
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "top_left")))
 def test_causal_top_left_allows_j_le_i(cell, op, spec):
     case = cell.case(spec, op)
@@ -125,7 +125,7 @@ def test_causal_top_left_allows_j_le_i(cell, op, spec):
 
 @pytest.mark.clause("MASK-7")
 @pytest.mark.requires("causal")
-@conditions.cover("MASK-7")
+@covering.cover("MASK-7")
 @given(spec=case_specs(cross=True).map(lambda s: with_causal(s, "bottom_right")))
 def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(cell, op, spec):
     case = cell.case(spec, op)
@@ -136,7 +136,7 @@ def test_causal_bottom_right_allows_j_le_i_plus_lk_minus_lq(cell, op, spec):
 
 @pytest.mark.clause("MASK-8")
 @pytest.mark.requires("causal")
-@conditions.cover("MASK-8")
+@covering.cover("MASK-8")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_masks_combine_by_and_and_bias_adds(cell, op, spec):
     case = cell.case(spec, op)
@@ -146,8 +146,8 @@ def test_masks_combine_by_and_and_bias_adds(cell, op, spec):
 
 
 @pytest.mark.clause("MASK-9")
-@conditions.cover("MASK-9")
-@given(spec=st.one_of(conditions.specs("MASK-9"),
+@covering.cover("MASK-9")
+@given(spec=st.one_of(covering.specs("MASK-9"),
                       case_specs(masks=True, fully_masked=True, key_padding=True)))
 def test_fully_masked_rows_give_zero_output_and_zero_weights(cell, op, spec):
     """Every way a row empties (conditions.SPACES["MASK-9"]), with and without a bias."""
@@ -168,7 +168,7 @@ def test_fully_masked_rows_give_zero_output_and_zero_weights(cell, op, spec):
 
 
 @pytest.mark.clause("MASK-10")
-@conditions.cover("MASK-10")
+@covering.cover("MASK-10")
 @given(spec=case_specs(bias=True, key_padding=True, causal=True))
 def test_all_true_mask_equals_no_mask(cell, op, spec):
     case = cell.case(spec, op)
@@ -181,7 +181,7 @@ def test_all_true_mask_equals_no_mask(cell, op, spec):
 
 @pytest.mark.clause("MASK-11")
 @pytest.mark.requires("bias")
-@conditions.cover("MASK-11")
+@covering.cover("MASK-11")
 @given(spec=st.one_of(case_specs(masks=True, fully_masked=True),
                       case_specs(masks=True).filter(lambda s: s.mask_shape is not None)))
 # always run: fully masked rows (a mask giving the mean of V where the -inf bias gives 0 or NaN)
@@ -200,7 +200,7 @@ def test_boolean_mask_equals_its_minus_inf_bias(cell, op, spec):
 
 
 @pytest.mark.clause("MASK-12")
-@conditions.cover("MASK-12")
+@covering.cover("MASK-12")
 @given(spec=case_specs(key_padding=True).map(lambda s: s._replace(key_padding=True))
        .filter(lambda s: s.len_k > 1))
 def test_values_at_masked_keys_do_not_matter(cell, op, spec):
@@ -229,7 +229,7 @@ def test_values_at_masked_keys_do_not_matter(cell, op, spec):
 @pytest.mark.clause("MASK-13")
 @pytest.mark.requires("masks")
 @extremes.EXPECTED_NONFINITE_WARNINGS
-@conditions.cover("MASK-13")
+@covering.cover("MASK-13")
 @given(spec=case_specs(masks=True, causal=True).map(lambda s: s._replace(key_padding=True))
        .filter(lambda s: s.len_k > 1),
        value=st.sampled_from(sorted(extremes.NONFINITE)))

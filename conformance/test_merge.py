@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from mhaspec.backends import serving
-from mhaspec.conformance import conditions, harness, tolerance, vjp
+from mhaspec.conformance import conditions, covering, harness, observation, tolerance, vjp
 from mhaspec.conformance.expect import record_failure
 from mhaspec.conformance.item_state import running
 from mhaspec.conformance.judge import finite_max_abs
@@ -97,7 +97,7 @@ def _declared(cell, conventions: dict) -> None:
         state = running()
         if state is not None:
             state.sub_cases_left_out.update(f"merge {m}" for m in missing)
-        conditions.not_implemented_call(missing)
+        observation.not_implemented_call(missing)
 
 
 def _merge(cell, outputs, lses, conventions: dict, sinks=None):
@@ -180,14 +180,14 @@ def check_merge(cell, spec: CaseSpec, clause: str, *, states: int, empty: str,
 
 
 @pytest.mark.clause("MERGE-1")
-@conditions.cover("MERGE-1", states=2, empty="none", sink=False)
+@covering.cover("MERGE-1", states=2, empty="none", sink=False)
 @given(spec=SPECS, states=STATES, empty=EMPTY, sink=st.booleans())
 def test_merging_states_equals_attention_over_their_union(cell, spec, states, empty, sink):
     check_merge(cell, spec, "MERGE-1", states=states, empty=empty, sink=sink)
 
 
 @pytest.mark.clause("MERGE-2")
-@conditions.cover("MERGE-2", states=2, empty="none", empty_lse="-inf", cut=0.5)
+@covering.cover("MERGE-2", states=2, empty="none", empty_lse="-inf", cut=0.5)
 @given(spec=SPECS, states=st.sampled_from([2, 4]), empty=EMPTY, empty_lse=EMPTY_LSES,
        cut=st.floats(0.0, 1.0))
 def test_empty_states_are_the_identity_and_merging_is_associative(cell, spec, states, empty,
@@ -200,7 +200,7 @@ def test_empty_states_are_the_identity_and_merging_is_associative(cell, spec, st
 
 
 @pytest.mark.clause("MERGE-3")
-@conditions.cover("MERGE-3", lse_base="e", empty_lse="-inf", lse_layout="batch", empty="none")
+@covering.cover("MERGE-3", lse_base="e", empty_lse="-inf", lse_layout="batch", empty="none")
 @given(spec=SPECS, lse_base=BASES, empty_lse=EMPTY_LSES, lse_layout=LAYOUTS, empty=EMPTY)
 def test_the_declared_conventions_of_the_lse(cell, spec, lse_base, empty_lse, lse_layout, empty):
     check_merge(cell, spec, "MERGE-3", states=2, empty=empty, lse_base=lse_base,
@@ -208,7 +208,7 @@ def test_the_declared_conventions_of_the_lse(cell, spec, lse_base, empty_lse, ls
 
 
 @pytest.mark.clause("MERGE-4")
-@conditions.cover("MERGE-4", states=2, empty="none", lse_base="e")
+@covering.cover("MERGE-4", states=2, empty="none", lse_base="e")
 @given(spec=SPECS, states=STATES, empty=EMPTY, lse_base=BASES)
 def test_a_sink_enters_once_after_the_merge(cell, spec, states, empty, lse_base):
     check_merge(cell, spec, "MERGE-4", states=states, empty=empty, lse_base=lse_base, sink=True)
@@ -216,7 +216,7 @@ def test_a_sink_enters_once_after_the_merge(cell, spec, states, empty, lse_base)
 
 @pytest.mark.clause("MERGE-5")
 @pytest.mark.requires("sdpa", "lse", "causal")
-@conditions.cover("MERGE-5")
+@covering.cover("MERGE-5")
 @given(spec=case_specs(custom_scale=True).filter(lambda s: s.len_k > s.len_q))
 def test_chunked_prefill_merged_equals_the_cache_call(cell, spec):
     """The first L_k - L_q keys are the cache (attended without a mask), the last L_q the new
@@ -251,7 +251,7 @@ def test_chunked_prefill_merged_equals_the_cache_call(cell, spec):
 @pytest.mark.clause("MERGE-6")
 @pytest.mark.requires("errors")
 def test_invalid_merges_are_rejected(cell):
-    for spec in conditions.row_specs("MERGE-6", CaseSpec(seed=34)):
+    for spec in covering.row_specs("MERGE-6", CaseSpec(seed=34)):
         case = cell.case(spec, "sdpa")
         harness.note("sdpa", case.spec)
         split = states_of(case, 2, "none")

@@ -3,14 +3,14 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import conditions, extremes, harness
+from mhaspec.conformance import covering, extremes, harness
 from mhaspec.conformance.strategies import REFERENCE_EXAMPLE, case_specs
 
 pytestmark = pytest.mark.requires("mha")
 
 
 @pytest.mark.clause("MHA-1")
-@conditions.cover("MHA-1")
+@covering.cover("MHA-1")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True))
 def test_mha_equals_the_per_head_definition(cell, spec):
     case = cell.case(spec)
@@ -18,7 +18,7 @@ def test_mha_equals_the_per_head_definition(cell, spec):
 
 
 @pytest.mark.clause("MHA-2")
-@conditions.cover("MHA-2")
+@covering.cover("MHA-2")
 @given(spec=case_specs(cross=True, masks=True).filter(lambda s: s.len_q != s.len_k and s.heads > 1))
 def test_all_heads_at_once_agrees_with_head_by_head(cell, spec):
     """Different L_q and L_k catch keys and values reshaped with the query length."""
@@ -27,7 +27,7 @@ def test_all_heads_at_once_agrees_with_head_by_head(cell, spec):
 
 
 @pytest.mark.clause("MHA-3")
-@conditions.cover("MHA-3", only=lambda row: row["shared"] == "self")
+@covering.cover("MHA-3", only=lambda row: row["shared"] == "self")
 @given(spec=case_specs(cross=False, masks=True, causal=True))
 def test_self_attention_passes_one_array_three_times(cell, spec):
     case = cell.case(spec)
@@ -36,7 +36,7 @@ def test_self_attention_passes_one_array_three_times(cell, spec):
 
 @pytest.mark.clause("MHA-4")
 @pytest.mark.requires("cross")
-@conditions.cover("MHA-4")
+@covering.cover("MHA-4")
 @given(spec=case_specs(cross=True).filter(
     lambda s: not s.self_attention and len({s.d_model, s.k_dim, s.v_dim}) > 1))
 def test_cross_attention_with_other_lengths_and_widths(cell, spec):
@@ -56,7 +56,7 @@ def test_the_source_documents_example(cell):
 
 
 @pytest.mark.clause("MHA-3")
-@conditions.cover("MHA-3", only=lambda row: row["shared"] != "self")
+@covering.cover("MHA-3", only=lambda row: row["shared"] != "self")
 @given(spec=case_specs(cross=True, masks=True), which=st.sampled_from(extremes.SHARED))
 def test_two_inputs_that_are_one_array(cell, spec, which):
     """key is value (encoder memory), or query is key with a separate value: an implementation

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from hypothesis import assume, example, given, strategies as st
 
-from mhaspec.conformance import conditions, extremes, harness
+from mhaspec.conformance import covering, extremes, harness
 from mhaspec.conformance.strategies import CaseSpec, case_specs
 
 
 
 @pytest.mark.clause("NUM-1")
-@conditions.cover("NUM-1")
+@covering.cover("NUM-1")
 @given(spec=case_specs())
 def test_results_keep_the_input_dtype(cell, op, spec):
     missing = sorted({"float64", "float32"} - set(cell.backend.dtypes(cell.device)))
@@ -24,7 +24,7 @@ def test_results_keep_the_input_dtype(cell, op, spec):
 @pytest.mark.clause("NUM-2")
 @pytest.mark.requires("sdpa")
 @pytest.mark.dtypes("float32")
-@conditions.cover("NUM-2")
+@covering.cover("NUM-2")
 @given(spec=case_specs(logit_scales=(10.0, 100.0)))
 def test_float32_is_computed_in_float32(cell, spec):
     """Long dot products and large logits: float16, bfloat16 or TF32 arithmetic falls far outside."""
@@ -39,7 +39,7 @@ def test_float32_is_computed_in_float32(cell, spec):
 
 @pytest.mark.clause("NUM-2")
 @pytest.mark.dtypes("float64")
-@conditions.cover("NUM-2")
+@covering.cover("NUM-2")
 @given(spec=case_specs(masks=True, logit_scales=(10.0, 100.0)).filter(lambda s: s.d_k == 8))
 def test_float64_is_computed_in_float64(cell, op, spec):
     """A float64 path that rounds through float32 anywhere (ONNX Runtime's float64 Attention
@@ -59,7 +59,7 @@ def test_float64_is_computed_in_float64(cell, op, spec):
 
 
 @pytest.mark.clause("NUM-3")
-@conditions.cover("NUM-3")
+@covering.cover("NUM-3")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True, custom_scale=True,
                        legacy=True))
 def test_results_are_within_the_tolerance_rule(cell, op, spec):
@@ -69,7 +69,7 @@ def test_results_are_within_the_tolerance_rule(cell, op, spec):
 
 @pytest.mark.clause("NUM-4")
 @pytest.mark.dtypes("float64", "float32", "bfloat16")
-@conditions.cover("NUM-4", magnitude=1e4)
+@covering.cover("NUM-4", magnitude=1e4)
 @given(spec=case_specs(masks=True), magnitude=st.sampled_from([1e3, 1e4]))
 def test_large_logits_stay_finite_and_accurate(cell, op, spec, magnitude):
     case = cell.case(spec._replace(logit_scale=magnitude), op)
@@ -80,7 +80,7 @@ def test_large_logits_stay_finite_and_accurate(cell, op, spec, magnitude):
 
 
 @pytest.mark.clause("NUM-5")
-@conditions.cover("NUM-5", which="value")
+@covering.cover("NUM-5", which="value")
 @given(spec=case_specs(masks=True, key_padding=True), which=st.sampled_from(("query", "value")))
 def test_subnormal_inputs_give_finite_accurate_results(cell, op, spec, which):
     """Queries in the subnormal range (logits ~0, output a mean of normal values) or values in it
@@ -102,7 +102,7 @@ MHA_ARRAYS = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k",
 # always run: a NaN query row (the case torch's CPU fused kernel turns into zeros), so a run
 # confirms a declared deviation whatever the random draws were
 @example(spec=CaseSpec(seed=5), value="nan", which=0)
-@conditions.cover("NUM-6", value="nan", which=0)
+@covering.cover("NUM-6", value="nan", which=0)
 def test_nonfinite_inputs_propagate_exactly_where_the_oracle_says(cell, op, spec, value, which):
     arrays = SDPA_ARRAYS if op == "sdpa" else MHA_ARRAYS
     array = arrays[which % len(arrays)]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import conditions, harness, tolerance
+from mhaspec.conformance import conditions, covering, harness, tolerance
 from mhaspec.conformance.expect import record_failure
 from mhaspec.conformance.judge import finite_max_abs
 from mhaspec.conformance.strategies import CaseSpec, case_specs
@@ -157,7 +157,7 @@ def _run(cell, spec, clause: str, *, page_size: str, pages: str, unused: str, ca
 
 
 @pytest.mark.clause("PAGE-1")
-@conditions.cover("PAGE-1", page_size="1", causal=False)
+@covering.cover("PAGE-1", page_size="1", causal=False)
 @given(spec=SPECS, page_size=SIZES, causal=st.booleans())
 def test_key_j_is_in_page_table_j_div_s_slot_j_mod_s(cell, spec, page_size, causal):
     _run(cell, spec, "PAGE-1", page_size=page_size, pages="in_order", unused="zero",
@@ -165,7 +165,7 @@ def test_key_j_is_in_page_table_j_div_s_slot_j_mod_s(cell, spec, page_size, caus
 
 
 @pytest.mark.clause("PAGE-2")
-@conditions.cover("PAGE-2", page_size="1", pages="in_order", unused="zero", causal=True)
+@covering.cover("PAGE-2", page_size="1", pages="in_order", unused="zero", causal=True)
 @given(spec=SPECS, page_size=SIZES, pages=ORDERS, unused=UNUSED, causal=st.booleans())
 def test_page_order_shared_pages_and_unused_slots_do_not_matter(cell, spec, page_size, pages,
                                                                 unused, causal):
@@ -173,7 +173,7 @@ def test_page_order_shared_pages_and_unused_slots_do_not_matter(cell, spec, page
 
 
 @pytest.mark.clause("PAGE-3")
-@conditions.cover("PAGE-3", page_size="1", unused="zero")
+@covering.cover("PAGE-3", page_size="1", unused="zero")
 @given(spec=SPECS, page_size=SIZES, unused=UNUSED)
 def test_writing_keys_changes_only_their_slots(cell, spec, page_size, unused):
     """Tokens written over valid and unused slots alike; the pages compared bit for bit (NaN

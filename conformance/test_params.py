@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import case_specs
 
 pytestmark = pytest.mark.requires("mha")
 
 
 @pytest.mark.clause("PARAM-1")
-@conditions.cover("PARAM-1")
+@covering.cover("PARAM-1")
 @given(spec=case_specs(cross=True))
 def test_projections_are_x_at_w_plus_b(cell, spec):
     case = cell.case(spec)
@@ -37,7 +37,7 @@ def _swap_heads(case, i, j):
 
 
 @pytest.mark.clause("PARAM-2")
-@conditions.cover("PARAM-2")
+@covering.cover("PARAM-2")
 @given(spec=case_specs(cross=True).filter(lambda s: s.heads > 1))
 def test_head_i_owns_column_block_i(cell, spec):
     """Swapping two heads' column blocks (and W_o row blocks) swaps their weights and keeps the output."""

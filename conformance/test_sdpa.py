@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance._transform import permute_keys, permute_queries, sub_batch
 from mhaspec.conformance.strategies import CaseSpec, case_specs
 
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.requires("sdpa")
 
 
 @pytest.mark.clause("SDPA-1")
-@conditions.cover("SDPA-1")
+@covering.cover("SDPA-1")
 @given(spec=case_specs())
 def test_attention_equals_softmax_of_scaled_logits_times_v(cell, spec):
     case = cell.case(spec, "sdpa")
@@ -21,7 +21,7 @@ def test_attention_equals_softmax_of_scaled_logits_times_v(cell, spec):
 
 @pytest.mark.clause("SDPA-2")
 @pytest.mark.requires("scale")
-@conditions.cover("SDPA-2")
+@covering.cover("SDPA-2")
 @given(spec=case_specs(custom_scale=True))
 def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(cell, spec):
     case = cell.case(spec, "sdpa")
@@ -29,7 +29,7 @@ def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(cell, spec):
 
 
 @pytest.mark.clause("SDPA-3")
-@conditions.cover("SDPA-3")
+@covering.cover("SDPA-3")
 @given(spec=case_specs(cross=True).filter(lambda s: s.d_v != s.d_k))
 def test_value_width_may_differ_from_key_width(cell, spec):
     case = cell.case(spec, "sdpa")
@@ -38,7 +38,7 @@ def test_value_width_may_differ_from_key_width(cell, spec):
 
 @pytest.mark.clause("SDPA-4")
 @pytest.mark.requires("weights")
-@conditions.cover("SDPA-4")
+@covering.cover("SDPA-4")
 @given(spec=case_specs(masks=True, key_padding=True, causal=True))
 # always run: bottom-right causal with L_q > L_k leaves the first L_q - L_k rows without a key
 @example(spec=CaseSpec(batch=1, len_q=8, len_k=5, d_k=8, causal="bottom_right", seed=0))
@@ -67,7 +67,7 @@ def _perm(spec, n):
 
 
 @pytest.mark.clause("SDPA-5")
-@conditions.cover("SDPA-5")
+@covering.cover("SDPA-5")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
 def test_permuting_keys_and_values_jointly_keeps_the_output(cell, spec):
     case = cell.case(spec, "sdpa")
@@ -82,7 +82,7 @@ def test_permuting_keys_and_values_jointly_keeps_the_output(cell, spec):
 
 
 @pytest.mark.clause("SDPA-6")
-@conditions.cover("SDPA-6")
+@covering.cover("SDPA-6")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, legacy=True))
 def test_permuting_queries_permutes_the_output(cell, spec):
     case = cell.case(spec, "sdpa")
@@ -97,7 +97,7 @@ def test_permuting_queries_permutes_the_output(cell, spec):
 
 
 @pytest.mark.clause("SDPA-7")
-@conditions.cover("SDPA-7")
+@covering.cover("SDPA-7")
 @given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True)
        .filter(lambda s: s.batch > 1))
 def test_batch_items_are_independent(cell, spec):

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("segments")
 
 
 @pytest.mark.clause("SEG-1")
-@conditions.cover("SEG-1")
+@covering.cover("SEG-1")
 @given(spec=feature_specs(require=("segments",), allow=("softcap", "lse"), masks=True, bias=True,
                           key_padding=True))
 def test_queries_attend_only_keys_of_their_segment(cell, op, spec):
@@ -27,7 +27,7 @@ def test_queries_attend_only_keys_of_their_segment(cell, op, spec):
 
 
 @pytest.mark.clause("SEG-2")
-@conditions.cover("SEG-2")
+@covering.cover("SEG-2")
 @given(spec=feature_specs(require=("seq_lengths",), allow=("segments", "lse"), masks=True,
                           key_padding=True))
 def test_sequence_lengths_pad_queries_and_keys(cell, op, spec):
@@ -37,7 +37,7 @@ def test_sequence_lengths_pad_queries_and_keys(cell, op, spec):
 
 @pytest.mark.clause("SEG-3")
 @pytest.mark.requires("causal")
-@conditions.cover("SEG-3")
+@covering.cover("SEG-3")
 @given(spec=feature_specs(require=("segments",), allow=("seq_lengths", "window", "alibi"),
                           causal=True).map(lambda s: s._replace(causal=s.causal or s.alignment or "top_left")))
 def test_causal_window_and_alibi_count_positions_within_a_segment(cell, op, spec):
@@ -65,7 +65,7 @@ def _sequences(case):
 
 @pytest.mark.clause("SEG-4")
 @pytest.mark.requires("sdpa")
-@conditions.cover("SEG-4")
+@covering.cover("SEG-4")
 @given(spec=feature_specs(require=("segments",), allow=("softcap", "window", "alibi"),
                           causal=True, cross=False).map(
     lambda s: s._replace(segments="packed") if s.segments == "scattered" else s))
@@ -99,7 +99,7 @@ def test_a_packed_call_equals_the_separate_calls(cell, spec):
 @pytest.mark.clause("SEG-5")
 @pytest.mark.requires("errors")
 def test_invalid_segment_ids_and_lengths_are_rejected(cell, op):
-    for spec in conditions.row_specs("SEG-5", CaseSpec(batch=2, seed=91), keep=("batch",)):
+    for spec in covering.row_specs("SEG-5", CaseSpec(batch=2, seed=91), keep=("batch",)):
         case = cell.case(spec, op)
         b, lq, lk = spec.batch, spec.len_q, spec.len_k
         q_ids, k_ids = np.zeros((b, lq), np.int64), np.zeros((b, lk), np.int64)

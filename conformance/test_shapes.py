@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import conditions, covering, harness
 from mhaspec.conformance.strategies import case_specs
 
 
@@ -14,7 +14,7 @@ def _expected_dtype(cell):
 
 @pytest.mark.clause("SHAPE-1")
 @pytest.mark.requires("mha")
-@conditions.cover("SHAPE-1")
+@covering.cover("SHAPE-1")
 @given(spec=case_specs())
 def test_mha_output_is_b_lq_dout_in_the_input_dtype(cell, spec):
     case = cell.case(spec)
@@ -26,7 +26,7 @@ def test_mha_output_is_b_lq_dout_in_the_input_dtype(cell, spec):
 
 @pytest.mark.clause("SHAPE-2")
 @pytest.mark.requires("weights")
-@conditions.cover("SHAPE-2")
+@covering.cover("SHAPE-2")
 @given(spec=case_specs())
 def test_weights_are_per_head_b_h_lq_lk(cell, op, spec):
     case = cell.case(spec, op)
@@ -39,7 +39,7 @@ def test_weights_are_per_head_b_h_lq_lk(cell, op, spec):
 
 @pytest.mark.clause("SHAPE-3")
 @pytest.mark.requires("sdpa")
-@conditions.cover("SHAPE-3")
+@covering.cover("SHAPE-3")
 @given(spec=case_specs())
 def test_sdpa_output_is_b_h_lq_dv(cell, spec):
     case = cell.case(spec, "sdpa")
@@ -50,7 +50,7 @@ def test_sdpa_output_is_b_h_lq_dv(cell, spec):
 
 
 @pytest.mark.clause("SHAPE-4")
-@conditions.cover("SHAPE-4")
+@covering.cover("SHAPE-4")
 @given(spec=case_specs(causal=True, custom_scale=True),
        empty=st.sampled_from(("batch", "len_q", "len_k", "batch+len_k")))
 def test_empty_sizes_give_empty_or_zero_results(cell, op, spec, empty):
@@ -76,7 +76,7 @@ def test_empty_sizes_give_empty_or_zero_results(cell, op, spec, empty):
 
 
 @pytest.mark.clause("SHAPE-5")
-@conditions.cover("SHAPE-5")
+@covering.cover("SHAPE-5")
 @given(spec=case_specs(key_padding=True, causal=True, custom_scale=True),
        which=st.sampled_from(sorted(conditions.DEGENERATE)))
 def test_degenerate_sizes_are_ordinary_cases(cell, op, spec, which):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mhaspec.conformance import conditions, harness, vjp
+from mhaspec.conformance import covering, harness, vjp
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("sdpa", "sink")
@@ -25,7 +25,7 @@ SINK_SCALES = st.sampled_from(SINK_SCALE_MENU)
 
 
 @pytest.mark.clause("SINK-1")
-@conditions.cover("SINK-1", sink_scale=1.0)
+@covering.cover("SINK-1", sink_scale=1.0)
 @given(spec=feature_specs(require=("lse",), allow=("softcap", "window", "alibi", "gqa", "cache"),
                           masks=True, bias=True, key_padding=True, causal=True, custom_scale=True),
        sink_scale=SINK_SCALES)
@@ -38,8 +38,8 @@ def test_a_sink_joins_every_denominator(cell, spec, sink_scale):
 
 @pytest.mark.clause("SINK-2")
 @pytest.mark.requires("masks")
-@conditions.cover("SINK-2")
-@given(spec=conditions.specs("SINK-2"))
+@covering.cover("SINK-2")
+@given(spec=covering.specs("SINK-2"))
 def test_a_row_with_no_allowed_key_gives_zeros_and_the_sink_as_lse(cell, spec):
     """Each row of MASK-9's ways, with lse asked for; the sink scale cycles with the seed."""
     case = cell.case(spec._replace(lse=True), "sdpa")
@@ -50,7 +50,7 @@ def test_a_row_with_no_allowed_key_gives_zeros_and_the_sink_as_lse(cell, spec):
 
 @pytest.mark.clause("SINK-3")
 @pytest.mark.requires("attention_vjp")
-@conditions.cover("SINK-3", sink_scale=1.0)
+@covering.cover("SINK-3", sink_scale=1.0)
 @given(spec=feature_specs(allow=("softcap", "gqa", "window"), masks=True, fully_masked=True,
                           causal=True), sink_scale=SINK_SCALES)
 def test_the_gradient_with_respect_to_the_sinks(cell, spec, sink_scale):
@@ -69,7 +69,7 @@ def test_the_sink_gradient_with_an_lse_cotangent(cell, spec, sink_scale):
 @pytest.mark.clause("SINK-4")
 @pytest.mark.requires("errors")
 def test_invalid_sinks_are_rejected(cell):
-    for spec in conditions.row_specs("SINK-4", CaseSpec(seed=71)):
+    for spec in covering.row_specs("SINK-4", CaseSpec(seed=71)):
         case = cell.case(spec, "sdpa")
         h = case.q.shape[1]
         harness.expect_rejections(cell, "sdpa", case, "SINK-4", [

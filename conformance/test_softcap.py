@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import example, given
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("softcap")
 
 
 @pytest.mark.clause("SOFTCAP-1")
-@conditions.cover("SOFTCAP-1")
+@covering.cover("SOFTCAP-1")
 @given(spec=feature_specs(require=("softcap",), allow=("window", "alibi", "lse"), masks=True,
                           bias=True, key_padding=True, causal=True, custom_scale=True,
                           logit_scales=(1.0, 10.0, 100.0)))
@@ -42,7 +42,7 @@ def test_masked_keys_get_no_weight_under_a_softcap(cell, op, spec):
 @pytest.mark.clause("SOFTCAP-2")
 @pytest.mark.requires("errors")
 def test_invalid_softcap_is_rejected(cell, op):
-    for spec in conditions.row_specs("SOFTCAP-2", CaseSpec(seed=61)):
+    for spec in covering.row_specs("SOFTCAP-2", CaseSpec(seed=61)):
         case = cell.case(spec, op)
         harness.expect_rejections(cell, op, case, "SOFTCAP-2", [
             (f"softcap={value!r}", "softcap", {"softcap": value})

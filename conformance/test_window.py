@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import conditions, harness
+from mhaspec.conformance import covering, harness
 from mhaspec.conformance.strategies import CaseSpec, feature_specs
 
 pytestmark = pytest.mark.requires("window")
@@ -21,7 +21,7 @@ EXAMPLE = CaseSpec(batch=1, heads=1, len_q=3, len_k=5, d_k=4, d_v=4, seed=71, wi
 
 
 @pytest.mark.clause("WIN-1")
-@conditions.cover("WIN-1")
+@covering.cover("WIN-1")
 @given(spec=feature_specs(require=("window",), allow=("softcap", "alibi", "segments", "cache",
                                                       "lse"),
                           masks=True, bias=True, key_padding=True, causal=True))
@@ -46,7 +46,7 @@ def test_the_clauses_example_and_its_neighbours(cell, op, window, alignment):
 @pytest.mark.clause("WIN-2")
 @pytest.mark.requires("errors")
 def test_invalid_window_or_missing_diagonal_is_rejected(cell, op):
-    for spec in conditions.row_specs("WIN-2", CaseSpec(seed=72)):
+    for spec in covering.row_specs("WIN-2", CaseSpec(seed=72)):
         case = cell.case(spec, op)
         harness.expect_rejections(cell, op, case, "WIN-2", [
             ("window without causal, alignment or cache", "alignment", {"window": (1, 1)}),
@@ -61,7 +61,7 @@ def test_invalid_window_or_missing_diagonal_is_rejected(cell, op):
 @pytest.mark.clause("WIN-2")
 @pytest.mark.requires("errors", "causal")
 def test_alignment_contradicting_causal_is_rejected(cell, op):
-    for spec in conditions.row_specs("WIN-2", CaseSpec(seed=73)):
+    for spec in covering.row_specs("WIN-2", CaseSpec(seed=73)):
         case = cell.case(spec, op)
         harness.expect_rejections(cell, op, case, "WIN-2", [
             ("alignment differs from causal", "alignment",

@@ -12,8 +12,6 @@ import pathlib
 import subprocess
 import sys
 
-from mhaspec.conformance import conditions, dimensions
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: a published certificate whose clauses record the conditions that ran
 PUBLISHED = ROOT / "docs" / "certificates" / "torch-sdpa.json"
@@ -34,8 +32,3 @@ def test_rendering_a_certificate_imports_neither_pytest_nor_hypothesis():
     out = subprocess.run([sys.executable, "-c", RENDER, str(PUBLISHED)], capture_output=True,
                          text=True, timeout=120, check=True)
     assert json.loads(out.stdout.splitlines()[-1]) == {"same": True, "imported": []}
-
-
-def test_the_dimensions_a_certificate_lists_are_those_of_the_condition_spaces():
-    """The Markdown orders each dimension's values as :mod:`.conditions` declares them."""
-    assert dimensions.DIMENSIONS == conditions.DIMENSIONS

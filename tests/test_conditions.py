@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mhaspec.backends import load_backend
-from mhaspec.conformance import conditions
+from mhaspec.conformance import condition_audit, conditions, covering, observation
 from mhaspec.conformance.invalid_inputs import BAD_INPUTS
 from mhaspec.spec import load
 from suite_runner import run_suite
@@ -31,35 +31,35 @@ def test_the_error_spaces_are_the_catalogues_arguments():
 def test_covering_rows_hold_every_value_and_pair(clause):
     space = conditions.SPACES[clause]
     dims = tuple(d for d in space.dimensions if d != "op")
-    wanted = set().union(*(conditions.pairs(r) for r in conditions._rows(space, dims)))
-    covered = set().union(*(conditions.pairs(dict(r)) for r in conditions.covering_rows(clause)))
+    wanted = set().union(*(covering.pairs(r) for r in covering.possible_rows(space, dims)))
+    covered = set().union(*(covering.pairs(dict(r)) for r in covering.covering_rows(clause)))
     assert wanted <= covered
-    assert all(space.possible(dict(r)) for r in conditions.covering_rows(clause))
+    assert all(space.possible(dict(r)) for r in covering.covering_rows(clause))
 
 
 @pytest.mark.parametrize("clause", sorted(conditions.SPACES))
 def test_each_rows_case_holds_the_row_and_nothing_is_rewritten(clause):
     space = conditions.SPACES[clause]
     dims = tuple(d for d in space.dimensions if d not in conditions.RECORDED)
-    for row in conditions.covering_rows(clause):
-        spec = conditions.row_spec(clause, dict(row))
+    for row in covering.covering_rows(clause):
+        spec = covering.row_spec(clause, dict(row))
         for op in space.ops or ("sdpa",):
-            seen = conditions.observe(spec, op, dims)
+            seen = observation.observe(spec, op, dims)
             want = {d: v for d, v in {**dict(row), "op": op}.items() if d in dims}
             assert want in seen, (row, spec, seen)
 
 
 def test_a_missing_value_or_pair_is_reported():
     rows = [{"op": "sdpa", "lengths": order} for order in conditions.LENGTH_ORDERS]
-    missing = conditions.uncovered("MASK-6", rows, {"sdpa", "mha", "causal"})
+    missing = condition_audit.uncovered("MASK-6", rows, {"sdpa", "mha", "causal"})
     assert "op=mha" in missing and "lengths=decode & op=mha" in missing
-    assert conditions.uncovered("MASK-6", rows, {"sdpa", "causal"}) == []
-    assert "empty_by=window (needs window)" in conditions.not_implemented("MASK-9", {"masks"})
+    assert condition_audit.uncovered("MASK-6", rows, {"sdpa", "causal"}) == []
+    assert "empty_by=window (needs window)" in condition_audit.not_implemented("MASK-9", {"masks"})
 
 
 def test_impossible_rows_are_not_required():
-    required = conditions.required("MASK-9", {"sdpa", "mha", "masks", "causal", "bias",
-                                              "window", "segments"})
+    required = condition_audit.required("MASK-9", {"sdpa", "mha", "masks", "causal", "bias",
+                                                   "window", "segments"})
     assert (("empty_by", "causal_bottom_right"), ("lengths", "decode")) not in required
     assert (("bias", "none"), ("empty_by", "minus_inf_bias")) not in required
     assert (("bias", "finite"), ("empty_by", "mask")) in required
@@ -73,9 +73,9 @@ def test_free_sizes_draw_the_case_of_a_row():
     # (a case is built and its rows observed) are expected here, as in the suite's profiles
     @settings(max_examples=5, derandomize=True, database=None, deadline=None,
               suppress_health_check=[HealthCheck.too_slow])
-    @given(spec=conditions.specs("GRAD-7"))
+    @given(spec=covering.specs("GRAD-7"))
     def draw(spec):
-        assert spec.len_q in conditions.SIZES and spec.len_k in conditions.SIZES
+        assert spec.len_q in covering.SIZES and spec.len_k in covering.SIZES
 
     draw()
 
@@ -97,10 +97,10 @@ def test_a_ci_run_covers_every_space_in_every_cell(ci_run):
     claims = {"numpy-batched": frozenset(load_backend("numpy-batched").capabilities),
               "oracle-reference": frozenset(oracle_backend.ORACLE_REFERENCE.capabilities)}
     cells = {(r["backend"], r["device"], r["dtype"], c) for r in ci_run for c in r["clauses"]
-             if r["outcome"] in conditions.RAN_OUTCOMES and r.get("conditions", {}).get(c)}
+             if r["outcome"] in condition_audit.RAN_OUTCOMES and r.get("conditions", {}).get(c)}
     expected = set(load().testable_ids) - NOT_IN_THIS_RUN
     for backend in REFS:
         for dtype in ("float64", "float32"):
             recorded = {c for b, _, d, c in cells if (b, d) == (backend, dtype)}
             assert expected - recorded == set(), (backend, dtype, sorted(expected - recorded))
-    assert conditions.run_gaps(ci_run, claims) == {}
+    assert condition_audit.run_gaps(ci_run, claims) == {}

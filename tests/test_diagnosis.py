@@ -11,7 +11,7 @@ import broken_backends
 from mhaspec.backends import load_backend
 from mhaspec.backends.algorithms import Batched
 from mhaspec.backends.np_backend import NumpyBackend
-from mhaspec.conformance import diagnosis
+from mhaspec.conformance import diagnosis, signatures
 from oracle_backend import ORACLE_REFERENCE
 
 #: the broken backends overflow and divide 0 by 0 by design
@@ -114,7 +114,7 @@ def test_each_named_entry_gets_its_own_diagnosis(diagnoses, attr):
 def test_a_diagnosis_is_one_line_ending_with_its_clauses(diagnoses):
     for found in filter(None, diagnoses.values()):
         assert "\n" not in found and len(found) < 220, found
-    for signature in diagnosis.SIGNATURES.values():
+    for signature in signatures.SIGNATURES.values():
         assert diagnosis.clauses_of(signature), signature.says
 
 

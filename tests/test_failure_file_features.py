@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from mhaspec.conformance import failure_file
+from mhaspec.conformance import failure_file, failure_save
 from mhaspec.conformance.strategies import CaseSpec, build_case
 
 from test_hostile_files import Parametrization, members, rewrite
@@ -22,7 +22,7 @@ CACHE = CaseSpec(batch=2, heads=4, len_q=2, len_k=3, d_k=4, d_v=2, seed=4, kv_he
 
 
 def _save(tmp_path, spec, name="case.npz"):
-    return failure_file.save_case(tmp_path / name, Parametrization(), build_case(spec), op="sdpa",
+    return failure_save.save_case(tmp_path / name, Parametrization(), build_case(spec), op="sdpa",
                                   clause="SEG-1", backend_ref="numpy-batched",
                                   overrides={"causal": "bottom_right"})
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from mhaspec import certificate, certificate_markdown, runner
-from mhaspec.conformance import failure_file, verdicts
+from mhaspec.conformance import failure_file, failure_save, verdicts
 
 from suite_runner import HERE, run_suite
 
@@ -115,15 +115,15 @@ def test_array_overrides_are_saved_as_the_cases_own_arrays(tmp_path):
 
     case = build_case(CaseSpec(mask_shape=(2, 1, 3, 3), fully_masked_rows=True, seed=1))
     bias = np.where(case.mask, 0.0, -np.inf)
-    fitted, scalars = failure_file.saveable(case, {"mask": None, "bias": bias, "causal": "top_left"})
+    fitted, scalars = failure_save.saveable(case, {"mask": None, "bias": bias, "causal": "top_left"})
     assert fitted.mask is None and fitted.spec.mask_shape is None and fitted.spec.bias_shape == (2, 1, 3, 3)
     assert scalars == {"causal": "top_left"}
     impl = Cell(None, "cpu", "float64")
-    path = failure_file.save_case(tmp_path / "c.npz", impl, fitted, op="sdpa", clause="MASK-11",
+    path = failure_save.save_case(tmp_path / "c.npz", impl, fitted, op="sdpa", clause="MASK-11",
                                   backend_ref="b", overrides=scalars)
     meta, back = failure_file.read_case(path)
     assert back.mask is None and np.array_equal(back.bias, bias) and meta["overrides"] == scalars
-    assert failure_file.saveable(case, {"window": (2, None)}) is None
+    assert failure_save.saveable(case, {"window": (2, None)}) is None
 
 
 def test_failure_groups_from_results():

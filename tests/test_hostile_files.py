@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from mhaspec import certificate, certificate_markdown, certificate_signature, cli
-from mhaspec.conformance import failure_file
+from mhaspec.conformance import failure_file, failure_save
 from mhaspec.conformance.clause_capabilities import NEEDS
 from mhaspec.conformance.strategies import CaseSpec, build_case
 from mhaspec.conformance.verdicts import count_verdicts, overall_verdict
@@ -35,7 +35,7 @@ from mhaspec.spec.render import render_markdown
 
 
 class Parametrization:
-    """What ``failure_file.save_case`` reads of a parametrization: device and dtype."""
+    """What ``failure_save.save_case`` reads of a parametrization: device and dtype."""
 
     device = "cpu"
     dtype = "float64"
@@ -148,7 +148,7 @@ def mhaspec(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
 
 def saved_case(tmp_path, *, op="sdpa", backend_ref="numpy-batched", spec=CASE,
                name="case.npz") -> pathlib.Path:
-    return failure_file.save_case(tmp_path / name, Parametrization(), build_case(spec), op=op,
+    return failure_save.save_case(tmp_path / name, Parametrization(), build_case(spec), op=op,
                                   clause="MASK-1", backend_ref=backend_ref, overrides={})
 
 

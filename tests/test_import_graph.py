@@ -30,7 +30,6 @@ IMPORTS_IN_FUNCTIONS = {
                                     "starts neither pytest nor Hypothesis",
     ("mhaspec.cli", "cmd_replay"): "as cmd_certify: replay imports the suite",
     ("mhaspec.cli", "parser"): "as cmd_certify: the failure-file reader imports the suite",
-    ("mhaspec.conformance.conditions", "main"): "conditions.py is split later (issue 37, step 2)",
 }
 
 

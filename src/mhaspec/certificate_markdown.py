@@ -12,7 +12,7 @@ import re
 
 from mhaspec import certificate, coverage
 from mhaspec.certificate import released_clauses
-from mhaspec.conformance.dimensions import DIMENSIONS
+from mhaspec.conformance.conditions import DIMENSIONS
 from mhaspec.conformance.tolerance import format_ratio
 from mhaspec.conformance.verdicts import backend_notes, verdict_label
 

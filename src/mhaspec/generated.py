@@ -25,7 +25,8 @@ REGENERATE = {
     "errors.md": "mhaspec errors-table > docs/generated/errors.md",
     "condition-coverage.md": ("python -m pytest --pyargs mhaspec.conformance --backend numpy-batched "
                               "--mhaspec-profile ci --mhaspec-report ci.json, then python -m "
-                              "mhaspec.conformance.conditions ci.json > docs/generated/condition-coverage.md"),
+                              "mhaspec.conformance.condition_audit ci.json > "
+                              "docs/generated/condition-coverage.md"),
 }
 MARKER = re.compile(r"<!--\s*mhaspec:generated\s+spec=(?P<version>[0-9]+\.[0-9]+)\s*-->")
 
