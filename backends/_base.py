@@ -124,6 +124,8 @@ class Backend:
             The suite checks that a declared deviation really deviates.
         sub_cases: optional, capability -> the part of it supported (:mod:`.sub_cases`: e.g.
             ``{"window": {"with": ("causal",)}}``); the rest is reported not implemented.
+        page_size_unit: with "paged", the page sizes taken are the multiples of this (PAGE-1: a
+            kernel's block-size alignment); 1, every size, by default.
     """
 
     protocol_version = PROTOCOL_VERSION
@@ -132,6 +134,7 @@ class Backend:
     capabilities: frozenset[str] = CAPABILITIES - OPTIONAL_CAPABILITIES
     deviations: Mapping[str, str] = {}
     sub_cases: Mapping[str, Mapping[str, tuple[str, ...]]] = {}
+    page_size_unit: int = 1
 
     # -- description -------------------------------------------------------------------------
     def framework_version(self) -> str:

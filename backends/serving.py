@@ -214,6 +214,16 @@ def write_pages(backend, k_pages, v_pages, k, v, slot_mapping):
     return written[0], written[1]
 
 
+def page_size_unit_of(backend) -> int:
+    """The page sizes a backend takes are the multiples of its declared ``page_size_unit``
+    (PAGE-1; 1, every size, when it declares none)."""
+    unit = getattr(backend, "page_size_unit", 1)
+    if not isinstance(unit, int) or isinstance(unit, bool) or unit < 1:
+        raise ValueError(f"{getattr(backend, 'name', backend)}: page_size_unit must be a positive "
+                         f"int, got {unit!r}")
+    return unit
+
+
 def _flat(backend, pages):
     """(P, S, g, d) -> (1, g, P * S, d): slot p * S + s on the key axis."""
     num_pages, size, g, d = backend.ops.shape(pages)
@@ -312,4 +322,4 @@ def check_write(backend, k_pages, v_pages, k, v, slot_mapping) -> np.ndarray:
 
 
 __all__ = ["MERGE_CONVENTIONS", "check_call", "check_paged", "check_write", "conventions_of",
-           "merge_states", "paged_attention", "write_pages"]
+           "merge_states", "page_size_unit_of", "paged_attention", "write_pages"]

@@ -398,9 +398,10 @@ SPACES.update({
                      shape=lambda s: s._replace(len_k=max(s.len_k, s.len_q + 1))),
     "MERGE-6": Space(LENGTHS, ops=OPS_SDPA),
 })
-# PAGE: the page size (1; one that divides every item's length; one that divides none), the
-# pages' order in the table (in order, shuffled, a first page shared by every item), what the
-# slots no item's length reaches hold (zeros, stale keys, NaN and inf), causal or not.
+# PAGE: the page size (the backend's page_size_unit u, 1 by default; 2u dividing every item's
+# length; 3u dividing none), the pages' order in the table (in order, shuffled, a first page shared
+# by every item), what the slots no item's length reaches hold (zeros, stale keys, NaN and inf),
+# causal or not.
 DIMENSIONS.update({
     "page_size": ("1", "divides", "does_not_divide"),
     "pages": ("in_order", "shuffled", "shared"),

@@ -4,7 +4,9 @@ Axis legend: P pages, S page size, g key/value heads, M table entries per item, 
 tokens, n_b the queries and L_b the keys of item b, d_k / d_v widths.
 
 :func:`paged_case` lays a case's items out in pages as the condition row says (page size, the
-pages' order, what unused slots hold); the oracle (``oracle_serving.paged_attention``) gathers the
+pages' order, what unused slots hold); a page size is a multiple of the backend's declared
+``page_size_unit`` u (``serving.page_size_unit_of``, 1 by default: PAGE-1): u, 2u dividing every
+length, 3u dividing none, the lengths scaled by u; the oracle (``oracle_serving.paged_attention``) gathers the
 keys from the pool by PAGE-1's rule, so a layout mistake of the case builder would show as a
 failure of every backend, never as a pass.
 """
@@ -21,6 +23,7 @@ from mhaspec.conformance import conditions, covering, harness, tolerance
 from mhaspec.conformance.expect import record_failure
 from mhaspec.conformance.judge import finite_max_abs
 from mhaspec.conformance.strategies import CaseSpec, case_specs
+from mhaspec.backends import serving
 from mhaspec.spec import oracle_serving
 
 pytestmark = pytest.mark.requires("paged")
@@ -29,7 +32,8 @@ SIZES = st.sampled_from(conditions.DIMENSIONS["page_size"])
 ORDERS = st.sampled_from(conditions.DIMENSIONS["pages"])
 UNUSED = st.sampled_from(conditions.DIMENSIONS["unused"])
 SPECS = case_specs(custom_scale=True)
-#: page size of each ``page_size`` value: 1, one dividing every length (2), one dividing none (3)
+#: page size of each ``page_size`` value in units of the backend's ``page_size_unit`` u: u, one
+#: dividing every length (2u), one dividing none (3u)
 PAGE_SIZE = {"1": 1, "divides": 2, "does_not_divide": 3}
 
 
@@ -47,28 +51,33 @@ class PagedCase(NamedTuple):
     scale: float | None
 
 
-def _length(rng, size: int, shared: bool) -> int:
-    """An item's key count for page size ``size`` (S = 2: a multiple; S = 3: no multiple)."""
-    if size == 2:
-        n = 2 * int(rng.integers(1, 5))
-    elif size == 3:
-        n = 3 * int(rng.integers(0, 3)) + int(rng.integers(1, 3))
+def _length(rng, page_size: str, unit: int, shared: bool) -> int:
+    """An item's key count for condition ``page_size`` with page-size unit ``unit`` u (page size
+    2u: a multiple of it; 3u: no multiple; u: any count up to 8u)."""
+    size = PAGE_SIZE[page_size] * unit
+    if page_size == "divides":
+        n = size * int(rng.integers(1, 5))
+    elif page_size == "does_not_divide":
+        n = size * int(rng.integers(0, 3)) + int(rng.integers(1, size))
     else:
-        n = int(rng.integers(1, 9))
-    return max(n, size + 1) if shared and size == 3 else max(n, size) if shared else n
+        n = int(rng.integers(1, 8 * unit + 1))
+    if shared and page_size == "does_not_divide":
+        return max(n, size + 1)
+    return max(n, size) if shared else n
 
 
 def paged_case(spec: CaseSpec, *, page_size: str, pages: str, unused: str, causal: bool,
-               gqa: bool) -> PagedCase:
+               gqa: bool, unit: int = 1) -> PagedCase:
     """``spec``'s sizes and seed laid out in pages: ``pages`` "in_order", "shuffled" (page ids in
     a random order) or "shared" (every item's first page is one page, holding a common prefix);
     ``unused`` slots (past an item's length, spare pages, table entries past its pages) hold
-    zeros, "stale" keys of large magnitude, or NaN and inf ("nonfinite")."""
+    zeros, "stale" keys of large magnitude, or NaN and inf ("nonfinite"); page sizes in units of
+    ``unit``."""
     rng = np.random.default_rng([spec.seed, 34])
-    size, shared = PAGE_SIZE[page_size], pages == "shared"
+    size, shared = PAGE_SIZE[page_size] * unit, pages == "shared"
     b, h, d_k, d_v = max(1, spec.batch), spec.heads, spec.d_k, spec.d_v
     g = h if not gqa or h == 1 else (h // 2 if h % 2 == 0 else 1)
-    lengths = np.array([_length(rng, size, shared) for _ in range(b)])
+    lengths = np.array([_length(rng, page_size, unit, shared) for _ in range(b)])
     queries = np.array([int(rng.integers(1, min(n, max(1, spec.len_q)) + 1)) for n in lengths])
     counts = -(-lengths // size)  # pages per item
     entries = int(counts.max()) + 1  # one table entry past every item's pages
@@ -151,8 +160,9 @@ def _run(cell, spec, clause: str, *, page_size: str, pages: str, unused: str, ca
     harness.note("sdpa", spec, page_size=page_size, pages=pages, unused=unused,
                  paged_causal="yes" if causal else "no")
     case = paged_case(spec, page_size=page_size, pages=pages, unused=unused, causal=causal,
-                      gqa="gqa" in cell.backend.capabilities)
-    expect_paged(cell, spec, case, clause, f" (page size {PAGE_SIZE[page_size]}, pages "
+                      gqa="gqa" in cell.backend.capabilities,
+                      unit=serving.page_size_unit_of(cell.backend))
+    expect_paged(cell, spec, case, clause, f" (page size {case.k_pages.shape[1]}, pages "
                                            f"{pages}, unused slots {unused}, causal {causal})")
 
 
@@ -180,7 +190,7 @@ def test_writing_keys_changes_only_their_slots(cell, spec, page_size, unused):
     equal to NaN) with the oracle's write of the same rounded arrays."""
     harness.note("sdpa", spec, page_size=page_size, unused=unused)
     case = paged_case(spec, page_size=page_size, pages="shuffled", unused=unused, causal=False,
-                      gqa=False)
+                      gqa=False, unit=serving.page_size_unit_of(cell.backend))
     rng = np.random.default_rng([spec.seed, 35])
     slots_total = case.k_pages.shape[0] * case.k_pages.shape[1]
     n = int(rng.integers(1, min(4, slots_total) + 1))
