@@ -12,12 +12,11 @@ installed; the missing-package message is checked in a child process that blocks
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from load_errors import load_error_line
 from mhaspec.backends import MHAParams
 from mhaspec.spec import oracle
 
@@ -224,15 +223,8 @@ def test_session_cache_rejects_a_size_below_one(ort_native):
 
 def test_missing_onnxruntime_is_one_line():
     """Loading the backend without onnxruntime names the package and the extra."""
-    code = ("import sys; sys.modules['onnxruntime'] = None\n"
-            "from mhaspec.backends import BackendLoadError, load_backend\n"
-            "try:\n    load_backend('ort-attention')\n"
-            "except BackendLoadError as exc:\n    print(exc)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1
-    assert lines[0].endswith("onnxruntime not installed: pip install 'mhaspec[onnx]'")
+    line = load_error_line("ort-attention", "import sys; sys.modules['onnxruntime'] = None")
+    assert line.endswith("onnxruntime not installed: pip install 'mhaspec[onnx]'")
 
 
 @pytest.mark.parametrize("kw, native", [

