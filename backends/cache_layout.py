@@ -89,12 +89,18 @@ class LibraryCache:
     def to_library_layout(self, mask, index, blocked: float):
         """The call's ``attn_mask`` (B|1, h|1, L_q, L_K) in CACHE-1's layout -> the library's
         (B, h|1, L_q, L_past + L_k); ``blocked``: the value of a blocked entry (False or -inf).
-        ``index``: the present-cache index (B, L_K) as NumPy."""
+        ``index``: the present-cache index (B, L_K) as NumPy, or None for a full cache (the two
+        layouts coincide: ``mask`` as it is)."""
+        if index is None:
+            return mask
         return self._keys_last(mask, self.ops.constant(library_index(index), mask), blocked)
 
     def from_library_layout(self, weights, present_key, present_value, index):
         """The library's weights (B, h, L_q, L_past + L_k) and present cache (B, g, L_past + L_k,
-        d) -> CACHE-1's layout (invalid past entries dropped, zeros at the end)."""
+        d) -> CACHE-1's layout (invalid past entries dropped, zeros at the end); ``index`` None
+        (a full cache): the same arrays, the two layouts coinciding."""
+        if index is None:
+            return weights, present_key, present_value
         at = self.ops.constant(index, present_key)
         present = []
         for x in (present_key, present_value):

@@ -111,13 +111,13 @@ class HFDecoderAttention(LibraryCache, TransformersAdapter):
         cache.update(past_key, past_value, 0)
         keys, values = cache.update(k, v, 0)
         attention_mask = decoder_attention_mask(self, q.shape[2], keys.shape[2], q, m)
-        if index is not None:
+        if attention_mask is not None:
             blocked = (False if attention_mask.dtype == torch_module().bool else
-                       torch_module().finfo(q.dtype).min if self.implementation == "eager" else -math.inf)
+                       torch_module().finfo(q.dtype).min if self.implementation == "eager"
+                       else -math.inf)
             attention_mask = self.to_library_layout(attention_mask, index, blocked)
         out, weights = self._function(q, keys, values, m, attention_mask)
-        if index is not None:
-            weights, keys, values = self.from_library_layout(weights, keys, values, index)
+        weights, keys, values = self.from_library_layout(weights, keys, values, index)
         return AttentionOutputs(out, weights, None, keys, values)
 
 

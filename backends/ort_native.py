@@ -311,14 +311,13 @@ class OrtAttention(LibraryCache, NumpyAdapter):
         present cache are gathered back. -> :class:`AttentionOutputs` without lse."""
         attn_mask = self._attn_mask(q, self.ops.shape(k)[2] + self.ops.shape(past_key)[2], m, None,
                                     extra=m.alibi)
-        if index is not None:
+        if attn_mask is not None:
             attn_mask = self.to_library_layout(attn_mask, index,
                                                False if attn_mask.dtype == np.bool_ else -np.inf)
         out, weights, present_key, present_value = self._node(
             q, k, v, m, attn_mask, is_causal, past=(past_key, past_value))
-        if index is not None:
-            weights, present_key, present_value = self.from_library_layout(
-                weights, present_key, present_value, index)
+        weights, present_key, present_value = self.from_library_layout(
+            weights, present_key, present_value, index)
         return AttentionOutputs(out, weights, None, present_key, present_value)
 
     def _attn_mask(self, q, len_k: int, m: MaskArgs, causal, extra=None):

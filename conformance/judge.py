@@ -186,7 +186,9 @@ def _exact(got: np.ndarray, want: np.ndarray) -> tolerance.Comparison:
     wrong = np.argwhere(got != want)
     where = None if wrong.size == 0 else tuple(int(i) for i in wrong[0])
     error = 0.0 if where is None else float(np.max(np.abs(got.astype(np.float64) - want)))
-    return tolerance.Comparison(where is None, error, 0.0, 0.0, 0.0 if where is None else np.inf, where)
+    values = None if where is None else tolerance.value_pair(got, want, where)
+    return tolerance.Comparison(where is None, error, 0.0, 0.0, 0.0 if where is None else np.inf,
+                                where, values)
 
 
 def check(impl: Cell, case: Case, got: Result, *, op: str, clause: str,

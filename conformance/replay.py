@@ -103,6 +103,13 @@ def judge_case(impl: harness.Cell, case: Case, op: str, overrides: dict, *,
 
 
 def describe(impl_id: str, op: str, checks: list[harness.Check]) -> list[str]:
-    """One line per check: ``<impl> <op> output|weights: conforms|DOES NOT CONFORM: <detail>``."""
-    return [f"{impl_id} {op} {c.what}: {'conforms' if c.verdict.ok else 'DOES NOT CONFORM'}: "
-            f"{c.verdict.describe()}" for c in checks]
+    """One line per check: ``<impl> <op> output|weights: conforms|DOES NOT CONFORM: <detail>``,
+    and for a check that does not conform a second line with the two values at its largest error
+    (``got ... where the oracle gives ... at index ...``)."""
+    lines = []
+    for c in checks:
+        lines.append(f"{impl_id} {op} {c.what}: {'conforms' if c.verdict.ok else 'DOES NOT CONFORM'}: "
+                     f"{c.verdict.describe()}")
+        if not c.verdict.ok and c.verdict.describe_values():
+            lines.append(f"  {c.what}: {c.verdict.describe_values()}")
+    return lines

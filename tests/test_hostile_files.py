@@ -218,6 +218,10 @@ def test_replay_on_the_named_backend_exits_1_while_the_case_still_fails(tmp_path
     case = saved_case(tmp_path)
     code, out, err = run_cli(capsys, "replay", str(case), "--backend", "wrong_backend:BACKEND")
     assert code == 1 and "off-by-one sdpa output: DOES NOT CONFORM" in out, out + err
+    # the two values at the largest error, not the verdict alone: 1 added to the oracle's
+    got, want = map(float, re.search(r"output: got (\S+) where the oracle gives (\S+) at index \(",
+                                     out).groups())
+    assert abs(got - want - 1.0) < 1e-9, out
     code, out, err = run_cli(capsys, "replay", str(case), "--backend", "wrong_backend:RAISES")
     assert code == 1 and "raised RuntimeError: boom" in out, out + err
     code, out, err = run_cli(capsys, "replay", str(case), "--backend", "wrong_backend:WRONG_SHAPE")

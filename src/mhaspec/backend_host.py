@@ -9,7 +9,7 @@ table of arrays the judging process holds handles to, the method runs, and every
 its result is kept in the table and sent back as ``to_numpy`` of it with ``device_of`` of it.
 Request ``{"op": "fetch", "ids", "define", "free"}``: ``to_numpy`` and ``device_of`` of arrays of
 the table, or the error of each. Any exception of the backend's code (``BaseException``: also ``SystemExit`` and pytest's
-outcome exceptions) is sent back as its type names and message; the judging process decides what it
+outcome exceptions) is sent back as its type names, message and traceback; the judging process decides what it
 means. Values: see :func:`decode` and :func:`encode`.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import traceback
 from collections.abc import Mapping
 
 import numpy as np
@@ -162,9 +163,11 @@ class Host:
 
 
 def error(exc: BaseException) -> dict:
-    """An exception as JSON: its type's name, the names along its MRO, its message."""
+    """An exception as JSON: its type's name, the names along its MRO, its message, and its
+    traceback in this process (the last 8,000 characters: where in the backend it was raised)."""
+    trace = "".join(traceback.format_exception(exc))
     return {"error": {"type": type(exc).__name__, "mro": [c.__name__ for c in type(exc).__mro__],
-                      "message": str(exc)[:4000]}}
+                      "message": str(exc)[:4000], "traceback": trace[-8000:]}}
 
 
 def serve(ref: str, fd_in: int, fd_out: int) -> int:

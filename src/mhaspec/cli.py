@@ -176,8 +176,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"mhaspec {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("certify", help="run the suite on a backend and write a certificate",
-                       description="Run the whole conformance suite on one backend, in this "
-                                   "process, and write its certificate: NAME.json (what ran and "
+                       description="Run the whole conformance suite on one backend and write "
+                                   "its certificate: the suite judges in this process (one "
+                                   "pytest process, no pytest-xdist workers), the backend runs "
+                                   "in a process of its own. Writes NAME.json (what ran and "
                                    "the verdict of every clause) and its rendering NAME.md, and "
                                    "every failing case as NAME-failures/<test>.npz for mhaspec "
                                    "replay.",
@@ -206,7 +208,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
                    help="time limit of every backend call; past it the test fails (default: the "
                         "suite's, 60 s); recorded in the certificate")
-    c.add_argument("pytest_args", nargs="*", help="extra pytest arguments after --, e.g. -- -n 2")
+    c.add_argument("pytest_args", nargs="*",
+                   help="extra pytest arguments after --, e.g. -- -k MASK-1 (a selection is "
+                        "recorded in the certificate; -n, --dist and -p are refused)")
     c.set_defaults(func=cmd_certify)
     v = sub.add_parser("verify", help="check a certificate's integrity and consistency "
                                       "(and its signature when given)",

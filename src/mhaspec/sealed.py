@@ -26,6 +26,7 @@ import numpy as np
 from mhaspec import claims as claims_module
 from mhaspec import codec
 from mhaspec.backend_process import BackendDied, BackendProcess
+from mhaspec.usage import printable
 
 OPERATIONS = ("split_heads", "combine_heads", "scaled_dot_product_attention",
               "multi_head_attention", "mha_vjp", "attention_vjp", "merge_states",
@@ -221,7 +222,12 @@ class SealedBackend:
             raise BackendDied(f"{self.name}.{what}: malformed answer from the backend's process")
         kind = _exception_type(names)
         prefix = f"{names[0]}: " if kind is BackendRaised else ""
-        raise kind(prefix + message)
+        raised = kind(prefix + message)
+        trace = err.get("traceback")
+        if isinstance(trace, str) and trace:  # shown by pytest below the failure, never judged
+            raised.add_note("raised in the backend's process:\n" + "\n".join(
+                printable(line, limit=400) for line in trace[-8000:].split("\n")))
+        raise raised
 
     def _exchange(self, header: dict, out: dict, what: str):
         generation = self.process.generation
