@@ -8,9 +8,10 @@ grouped-query attention), a ``scale`` and one ``mask``: boolean (True = may atte
 broadcastable to (B, h, L_q, L_k), into which the base folds the spec's mask, key padding, causal,
 bias and legacy mask. Its gradients are MLX's own (``mlx.core.vjp``), so the adapter claims
 ``attention_vjp``. dtypes: float32, float16 and bfloat16 on the CPU (MLX's CPU build for Linux is
-``mlx[cpu]``); float64 is not claimed: the op takes float64 arrays, but its result is ~4e-9 from a
-float64 evaluation (measured on mlx 0.32.4), float32-like, not float64 (NUM-1, declared). Without MLX, importing the module raises ``ImportError("unavailable: ...")`` and a
-run over the backends leaves the adapter out.
+``mlx[cpu]``); float64 is not claimed: the op takes float64 arrays, but its result is 4e-9 to
+1e-8 from a float64 evaluation (measured on mlx 0.32.4), not float64 arithmetic (NUM-1, declared).
+Without MLX, importing the module raises ``ImportError("unavailable: ...")`` and a run over the
+backends leaves the adapter out.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class MLXSDPA(ForeignAdapter):
                    "allowed key agree",
         "GRAD-7": "a query whose every key is blocked by -inf in the bias gets NaN in dq (the "
                   "backward of MASK-11's NaN row), not 0",
-        "NUM-1": "float64 is not claimed: the op's float64 result is ~4e-9 from a float64 "
+        "NUM-1": "float64 is not claimed: the op's float64 result is 4e-9 to 1e-8 from a float64 "
                  "evaluation (float32-like accumulation), so float64 is not supported",
     }
 
