@@ -96,7 +96,7 @@ def mha_call(backend, query, key, value, params, num_heads, mask, bias, legacy_m
     """Validate a multi-head call (``multi_head_attention`` and ``mha_vjp``): query (B, L_q,
     d_model), key (B, L_k, k_dim), value (B, L_k, v_dim)."""
     op = "multi_head_attention"
-    params = _params(op, params)
+    params = checked_params(op, params)
     if num_kv_heads is not None and "gqa" not in backend.capabilities:
         raise NotImplementedError(f"{backend.name}: grouped-query attention (num_kv_heads) is not "
                                   f"supported")
@@ -145,7 +145,7 @@ def _features(backend, op: str, dims, features: dict, dtype: str, kv: KVGeometry
         describe=lambda name, x: arg(backend, op, name, x))._replace(**left)
 
 
-def _params(op: str, params) -> MHAParams:
+def checked_params(op: str, params) -> MHAParams:
     """``params`` as :class:`MHAParams`: a sequence of the four weights and up to four biases."""
     if isinstance(params, (str, bytes)) or not isinstance(params, (tuple, list)) \
             or not 4 <= len(params) <= len(MHAParams._fields):

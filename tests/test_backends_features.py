@@ -22,11 +22,11 @@ import pytest
 
 from mhaspec.backends import Algorithm, AttentionOutputs, MHAParams, load_backend, loadable
 from mhaspec.spec import oracle
+from mhaspec.backends.claim_readers import OPS
 
 B, H, G, L_Q, L_K, L_PAST, D_K, D_V = 2, 4, 2, 3, 5, 3, 4, 3
 D_MODEL, K_DIM, V_DIM, D_OUT = 6, 5, 4, 7
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
-OPS = ("sdpa", "mha")
 FEATURES = ("softcap", "window", "alibi", "segments", "kv_cache", "lse")
 
 

@@ -15,11 +15,11 @@ import pytest
 
 from mhaspec.backends import MHAParams, load_backend
 from registered import loaded
+from mhaspec.backends.claim_readers import OPS
 
 B, H, L, D_K = 2, 2, 3, 4
 D_MODEL = H * D_K
 SCALE = 0.5  # = 1/sqrt(d_k): the default, so backends without the "scale" capability take it too
-OPS = ("sdpa", "mha")
 
 
 def _claims() -> list[tuple[str, str]]:

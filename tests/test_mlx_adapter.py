@@ -124,3 +124,31 @@ def test_missing_mlx_is_one_line():
     line = load_error_line("mhaspec.backends.mlx_native:SDPA",
                            "import sys; sys.modules['mlx'] = None; sys.modules['mlx.core'] = None")
     assert line.endswith("mlx.core not installed: pip install 'mhaspec[mlx]'"), line
+
+
+@needs_mlx
+def test_the_documented_adapter_computes_what_mlx_sdpa_does():
+    """docs/backends.md's ForeignAdapter block, run as written: the same output and gradients as
+    the in-repo mlx-sdpa on a causal call with a bias."""
+    import re
+
+    from mhaspec.backends.mlx_native import SDPA
+
+    page = (HERE.parent / "docs" / "backends.md").read_text("utf-8")
+    section = page.split("## Any other library: `ForeignAdapter`", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    namespace: dict = {}
+    exec(compile(block, "docs/backends.md", "exec"), namespace)
+    documented = namespace["BACKEND"]
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(s) for s in ((2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 4),
+                                              (2, 1, 3, 5), (2, 2, 3, 4))]
+    for be in (documented, SDPA):
+        q, k, v, bias, d_out = (be.asarray(x, dtype="float32") for x in arrays)
+        out = be.scaled_dot_product_attention(q, k, v, bias=bias, causal="bottom_right")[0]
+        grads = be.attention_vjp(q, k, v, d_out, bias=bias, causal="bottom_right")
+        if be is documented:
+            want = (out, grads)
+    np.testing.assert_array_equal(want[0], out)
+    for name in ("q", "k", "v"):
+        np.testing.assert_array_equal(want[1][name], grads[name])

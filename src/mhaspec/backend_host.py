@@ -24,8 +24,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from mhaspec import codec, usage, wire
+from mhaspec.backends.claim_readers import OPS
 
-OPS = ("sdpa", "mha")
 
 
 def plain(x):

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from mhaspec.backends import Backend, MHAParams
+from mhaspec.backends.validation import mha_params
 
 from . import validate
 
@@ -76,7 +77,7 @@ class FlashNumpyBackend(Backend):
     def multi_head_attention(self, query, key, value, params: MHAParams, *, num_heads: int,
                              mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
                              causal=None, scale=None):
-        p = MHAParams(*params)
+        p = mha_params(params)  # ValueError naming 'params' for anything else
         validate.check_mha(query, key, value, p, num_heads=num_heads, mask=mask, bias=bias,
                            legacy_mask=legacy_mask, key_padding_mask=key_padding_mask,
                            causal=causal, scale=scale)
