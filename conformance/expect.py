@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from . import failure_file, failure_save, tolerance
+from . import failure_file, failure_save, tolerance, verdicts
 from .cell import Cell, Result, run
 from .item_state import ItemState, run_settings, running
 from .judge import Reference, check, finite_max_abs, float32_hint, magnitude, reference
@@ -71,13 +71,36 @@ def save_last_call(state: ItemState, clause: str) -> str:
 
 
 def record_failure(clause: str, what: str, error: float, scale: float, detail: str,
-                   spec: CaseSpec) -> None:
+                   spec: CaseSpec, *, in_empty_row: bool = False) -> None:
     """Keep what a value check found on the running test (the plugin reports it and groups
-    failures by likely cause): the error, the magnitude it is relative to, expected vs got."""
+    failures by likely cause): the error, the magnitude it is relative to, expected vs got, the
+    case's fields (:func:`verdicts.case_fields`) and whether the largest error lies in a row with
+    no allowed key (``in_empty_row``)."""
     state = running()
     if state is not None:
         state.failure = {"clause": clause, "what": what, "error": float(error),
-                         "scale": float(scale), "detail": detail, "case": repr(spec)}
+                         "scale": float(scale), "detail": detail, "case": repr(spec),
+                         "case_fields": verdicts.case_fields(spec),
+                         "in_empty_row": bool(in_empty_row)}
+
+
+def in_empty_row(expected, what: str, where) -> bool:
+    """Whether index ``where`` of part ``what`` of the oracle's result ``expected`` lies in a query
+    row with no allowed key: every weight of that row 0 (for multi-head attention's output
+    (B, L_q, d_out), in every head). False when the oracle has no weights or ``where`` is not an
+    index of the output or weights."""
+    weights = getattr(expected, "weights", None)
+    if weights is None or where is None or what not in ("output", "weights"):
+        return False
+    weights = np.asarray(weights)
+    if weights.ndim != 4:
+        return False
+    out = np.asarray(expected.out)
+    if what == "weights" or out.ndim == 4:  # (B, h, L_q, ...)
+        b, h, i = where[:3]
+        return bool(np.all(weights[b, h, i] == 0))
+    b, i = where[:2]  # multi-head output (B, L_q, d_out): every head's row
+    return bool(np.all(weights[b, :, i] == 0))
 
 
 def expect_oracle(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
@@ -92,7 +115,8 @@ def expect_oracle(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
         if not verdict.ok:
             scale = magnitude(case, op, ref.expected) if what == "output" else 1.0
             record_failure(clause, f"{op} {what}{context}", verdict.error, scale,
-                           f"differs from the float64 oracle: {verdict.describe()}", case.spec)
+                           f"differs from the float64 oracle: {verdict.describe()}", case.spec,
+                           in_empty_row=in_empty_row(ref.expected, what, verdict.where))
             saved = save_failure(impl, case, op, clause, overrides or {})
             raise AssertionError(
                 f"[{clause}] {impl.backend.name} ({impl.device}, {impl.dtype}): {op} {what}{context} "

@@ -280,8 +280,41 @@ def relative_error(result: dict) -> float | None:
     return failure["error"] / max(failure.get("scale") or 1.0, 1e-300)
 
 
+#: the cause of a failure of MASK-9 itself, or of another clause whose largest error lies in a row
+#: the oracle leaves without an allowed key: one behaviour there fails every clause whose cases
+#: empty a row
+EMPTY_ROW_CAUSE = ("the largest error is in a row with no allowed key: what the backend gives a "
+                   "fully masked row (MASK-9)?")
+#: the fields of a failing case that :func:`common_fields` reads: the dimensions a cause usually
+#: hides in (widths, biases, masks, features), not the sizes the shape menu draws
+CASE_DIMENSIONS = ("d_k", "d_v", "self_attention", "use_bias", "mask_shape", "fully_masked_rows",
+                   "bias_shape", "legacy_shape", "key_padding", "causal", "scale", "extreme",
+                   "kv_heads", "softcap", "window", "alignment", "alibi", "segments",
+                   "seq_lengths", "past_len", "past_valid", "lse")
+
+
+def case_fields(spec) -> dict[str, str]:
+    """The :data:`CASE_DIMENSIONS` of a case spec as strings (what a failure records)."""
+    return {name: str(getattr(spec, name)) for name in CASE_DIMENSIONS if hasattr(spec, name)}
+
+
+def common_fields(results: list[dict]) -> dict[str, str]:
+    """The case fields with one value in every failed result that recorded its case
+    (``failure.case_fields``), when at least two did (one case has everything in common with
+    itself); a field whose common value is None or False (a feature absent) says nothing and is
+    left out."""
+    cases = [(r.get("failure") or {}).get("case_fields") for r in results]
+    cases = [c for c in cases if c]
+    if len(cases) < 2:
+        return {}
+    return {k: v for k, v in cases[0].items()
+            if v not in ("None", "False") and all(c.get(k) == v for c in cases[1:])}
+
+
 def likely_cause(result: dict) -> str:
     """The likely cause of one failed result, worded so that results of one cause share it."""
+    if (result.get("failure") or {}).get("in_empty_row") or "MASK-9" in result.get("clauses", ()):
+        return EMPTY_ROW_CAUSE
     rel = relative_error(result)
     if rel is not None:
         if not math.isfinite(rel):
@@ -305,17 +338,19 @@ def likely_cause(result: dict) -> str:
 def failure_groups(results: list[dict]) -> list[dict]:
     """The failed results grouped by backend and :func:`likely_cause`, largest group first:
     ``backend``, ``cause``, ``clauses``, ``cells`` (``device/dtype``), ``tests`` and, for value
-    failures, ``typical_relative_error`` (the median; None when not finite or not a value check)."""
+    failures, ``typical_relative_error`` (the median; None when not finite or not a value check)
+    and ``common`` (:func:`common_fields` of its failures)."""
     groups: dict[tuple[str, str], dict] = {}
     for r in results:
         if r["outcome"] != "fail":
             continue
         g = groups.setdefault((r["backend"], likely_cause(r)), {
             "backend": r["backend"], "cause": likely_cause(r), "clauses": set(), "cells": set(),
-            "tests": 0, "errors": []})
+            "tests": 0, "errors": [], "results": []})
         g["clauses"].update(r["clauses"])
         g["cells"].add(cell(r))
         g["tests"] += 1
+        g["results"].append(r)
         rel = relative_error(r)
         if rel is not None:
             g["errors"].append(rel)
@@ -324,7 +359,8 @@ def failure_groups(results: list[dict]) -> list[dict]:
         errors = g.pop("errors")
         typical = statistics.median(errors) if errors else None
         out.append({**g, "clauses": sorted(g["clauses"]), "cells": sorted(g["cells"]),
-                    "typical_relative_error": None if typical is None else finite_or_none(typical)})
+                    "typical_relative_error": None if typical is None else finite_or_none(typical),
+                    "common": common_fields(g.pop("results"))})
     return sorted(out, key=lambda g: (g["backend"], -len(g["clauses"]), -g["tests"], g["cause"]))
 
 
@@ -333,6 +369,14 @@ def describe_group(group: dict) -> str:
     relative: every such float64 value check fails by a little: float32 arithmetic inside ...``."""
     typical = group.get("typical_relative_error")
     by = f" fail by ~{typical:.0e} relative" if typical is not None else " fail"
+    common = describe_common(group.get("common") or {})
     return (f"{group['backend']}: {len(group['clauses'])} clauses ({group['tests']} tests) on "
             f"{', '.join(group['cells'])}{by}: {group['cause']} "
-            f"[{', '.join(group['clauses'][:12])}{', ...' if len(group['clauses']) > 12 else ''}]")
+            f"[{', '.join(group['clauses'][:12])}{', ...' if len(group['clauses']) > 12 else ''}]"
+            + (f"; common to every failing case: {common}" if common else ""))
+
+
+def describe_common(common: dict) -> str:
+    """``d_k=1, d_v=1, use_bias=True`` (the first 8 fields), or "" when none."""
+    items = [f"{k}={v}" for k, v in list(common.items())[:8]]
+    return ", ".join(items) + (", ..." if len(common) > 8 else "")

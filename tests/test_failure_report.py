@@ -17,6 +17,7 @@ import sys
 
 from mhaspec import certificate, certificate_markdown, runner
 from mhaspec.conformance import failure_file, failure_save, verdicts
+from mhaspec.conformance.strategies import CaseSpec
 
 from suite_runner import HERE, run_suite
 
@@ -166,3 +167,50 @@ def test_informative_clauses_and_large_ratios_read_as_the_terminal_words_them(ca
     assert cli.main(["verify", str(path)]) == 0
     summary = next(line for line in capsys.readouterr().out.splitlines() if "the summary" in line)
     assert "3 informative" in summary and "not-run" not in summary, summary
+
+
+def test_a_failure_in_an_emptied_row_is_one_cause_and_the_common_fields_are_named():
+    """Failures whose largest error lies in a row with no allowed key group under one cause,
+    whatever clause failed (issue 35: a fully masked row failed 8-10 other clauses, grouped as
+    "the computation itself?"), and a group names the case fields every failure shared."""
+    base = {"backend": "b", "device": "cpu", "dtype": "float32", "outcome": "fail", "ratios": {}}
+    fields = verdicts.case_fields(CaseSpec(d_k=1, d_v=1, use_bias=True))
+    results = [
+        {**base, "clauses": ["MASK-7"], "failure": {"error": 0.6, "scale": 1.0, "in_empty_row": True,
+                                                    "case_fields": {**fields, "causal": "bottom_right"}}},
+        {**base, "clauses": ["MASK-13"], "failure": {"error": 0.7, "scale": 1.0, "in_empty_row": True,
+                                                     "case_fields": fields}},
+        {**base, "clauses": ["SDPA-1"], "failure": {"error": 0.7, "scale": 1.0,
+                                                    "case_fields": fields}},
+    ]
+    groups = verdicts.failure_groups(results)
+    empty = next(g for g in groups if g["cause"] == verdicts.EMPTY_ROW_CAUSE)
+    assert empty["clauses"] == ["MASK-13", "MASK-7"] and empty["tests"] == 2
+    assert empty["common"] == {"d_k": "1", "d_v": "1", "use_bias": "True"}
+    assert "common to every failing case: d_k=1, d_v=1, use_bias=True" in verdicts.describe_group(empty)
+    other = next(g for g in groups if g["cause"] != verdicts.EMPTY_ROW_CAUSE)
+    assert other["common"] == {}  # one case: nothing to compare
+    own = {**base, "clauses": ["MASK-9"], "crash": "AssertionError: fully masked rows must give 0"}
+    assert verdicts.likely_cause(own) == verdicts.EMPTY_ROW_CAUSE  # MASK-9's own test
+
+
+def test_the_oracle_says_which_rows_are_empty():
+    """in_empty_row reads the oracle's weights: a row whose weights are all 0 has no allowed key;
+    for multi-head attention's output, a row empty in every head."""
+    import numpy as np
+
+    from mhaspec.conformance import expect
+    from mhaspec.conformance.cell import Result
+
+    weights = np.ones((1, 2, 3, 4))
+    weights[0, :, 1] = 0  # row 1 empty in both heads
+    weights[0, 0, 2] = 0  # row 2 empty in head 0 only
+    sdpa = Result(np.zeros((1, 2, 3, 5)), weights)
+    assert expect.in_empty_row(sdpa, "output", (0, 0, 1, 3))
+    assert expect.in_empty_row(sdpa, "output", (0, 0, 2, 0)) and not expect.in_empty_row(
+        sdpa, "output", (0, 1, 2, 0))
+    mha = Result(np.zeros((1, 3, 6)), weights)
+    assert expect.in_empty_row(mha, "output", (0, 1, 5))
+    assert not expect.in_empty_row(mha, "output", (0, 2, 5))  # head 1 attends
+    assert not expect.in_empty_row(Result(np.zeros((1, 3, 6)), None), "output", (0, 1, 5))
+    assert not expect.in_empty_row(sdpa, "lse", (0, 0, 1))

@@ -104,7 +104,7 @@ def body(*, spec, suite_version: str, backend: BackendRecord,
                        "examples": sum(r.get("examples", 0) for r in results)},
         "run": {**run, "failures_not_shrunk": sum(r.get("shrunk") is False for r in results)},
         "failure_groups": [{k: g[k] for k in ("cause", "clauses", "cells", "tests",
-                                              "typical_relative_error")}
+                                              "typical_relative_error", "common") if k in g}
                            for g in failure_groups],
         "issued": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "clauses": clauses,

@@ -14,7 +14,7 @@ from mhaspec import certificate, coverage
 from mhaspec.certificate import released_clauses
 from mhaspec.conformance.conditions import DIMENSIONS
 from mhaspec.conformance.tolerance import format_ratio
-from mhaspec.conformance.verdicts import backend_notes, verdict_label
+from mhaspec.conformance.verdicts import backend_notes, describe_common, verdict_label
 
 _MD_ESCAPES = {c: "\\" + c for c in "\\`*_[]|~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
                                                   "$": "&#36;"}
@@ -116,9 +116,11 @@ def to_markdown(cert: dict) -> str:
         for g in groups:
             typical = g.get("typical_relative_error")
             by = f", typical relative error {typical:.0e}" if typical is not None else ""
+            common = describe_common(g.get("common") or {})
             lines.append(f"- **{md_text(g['cause'])}** {len(g['clauses'])} clauses, {g['tests']} "
                          f"tests on {', '.join(md_text(c) for c in g['cells'])}{by}: "
-                         + ", ".join(md_text(c) for c in g["clauses"]))
+                         + ", ".join(md_text(c) for c in g["clauses"])
+                         + (f"; common to every failing case: {md_text(common)}" if common else ""))
         if run.get("failures_not_shrunk"):
             lines += ["", f"{run['failures_not_shrunk']} failures were not shrunk (shrinking: "
                           f"{md_text(run.get('shrink', ''))}; `--mhaspec-shrink-all` shrinks every one)."]
