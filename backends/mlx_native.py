@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .foreign import ForeignAdapter
+from .foreign import ForeignAdapter, bfloat16
 from .optional import require
 
 require("mlx.core", extra="mlx")
@@ -61,14 +61,8 @@ class MLXSDPA(ForeignAdapter):
 
     def from_native(self, y) -> np.ndarray:
         if y.dtype == mx.bfloat16:
-            return np.array(y.astype(mx.float32)).astype(self.to_numpy_bfloat16())
+            return np.array(y.astype(mx.float32)).astype(bfloat16())
         return np.array(y)
-
-    @staticmethod
-    def to_numpy_bfloat16():
-        from .foreign import bfloat16
-
-        return bfloat16()
 
     def native_attention(self, q, k, v, mask, scale: float):
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
