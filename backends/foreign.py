@@ -99,21 +99,23 @@ class ForeignAdapter(NumpyAdapter):
         x = np.asarray(x)
         return x.astype(np.float32) if x.dtype.name == "bfloat16" else x
 
+    def as_native(self, x: np.ndarray):
+        """:meth:`to_native` of ``x`` laid out C-contiguous (broadcast masks and transposed views
+        included), the one way the base hands an array to the library."""
+        return self.to_native(np.ascontiguousarray(x))
+
     def one_mask(self, q: np.ndarray, m: MaskArgs, len_k: int):
         """The call's folded masking arguments ``m`` (for q (B, h, L_q, d_k) and L_k keys) as the
         op's one ``mask`` (a library array), or None: boolean where nothing is added, else
-        additive with -inf where blocked."""
-        len_q = q.shape[2]
-        allowed = mask_helpers.allowed_mask(len_q, len_k, like=q, mask=m.mask,
+        additive with :meth:`blocked_fill` where blocked (the base carries no ALiBi, so ``m`` has
+        none)."""
+        allowed = mask_helpers.allowed_mask(q.shape[2], len_k, like=q, mask=m.mask,
                                             key_padding_mask=m.key_padding_mask, causal=m.causal)
-        bias = m.bias if m.alibi is None else (m.alibi if m.bias is None else m.bias + m.alibi)
-        additive = mask_helpers.additive_mask(like=q, bias=bias, legacy_mask=m.legacy_mask)
-        if additive is None and allowed is None:
-            return None
+        additive = mask_helpers.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
         if additive is None:
-            return self.to_native(np.ascontiguousarray(allowed))
-        return self.to_native(np.ascontiguousarray(mask_helpers.fill_blocked(
-            allowed, like=q, additive=additive, fill=self.blocked_fill(q.dtype))))
+            return None if allowed is None else self.as_native(allowed)
+        return self.as_native(mask_helpers.fill_blocked(
+            allowed, like=q, additive=additive, fill=self.blocked_fill(q.dtype)))
 
     def blocked_fill(self, dtype) -> float:
         """The value of a blocked entry in an additive ``mask``: the dtype's lowest finite value
@@ -128,7 +130,7 @@ class ForeignAdapter(NumpyAdapter):
 
     def attention(self, q, k, v, masks: MaskArgs):
         mask = self.one_mask(q, masks, k.shape[2])
-        out = self.native_attention(self.to_native(q), self.to_native(k), self.to_native(v), mask,
+        out = self.native_attention(self.as_native(q), self.as_native(k), self.as_native(v), mask,
                                     float(masks.scale))
         return self.from_native(out), None
 
@@ -143,11 +145,10 @@ def library_backward(backend: ForeignAdapter, q, k, v, d_output, d_lse, masks: M
     folded, _ = backend.fold_features(q, masks, feats, q.shape[2], k.shape[2])
     mask = backend.one_mask(q, folded, k.shape[2])
     scale = float(folded.scale)
-    primals = {name: backend.to_native(np.ascontiguousarray(x))
-               for name, x in (("q", q), ("k", k), ("v", v))}
+    primals = {name: backend.as_native(x) for name, x in (("q", q), ("k", k), ("v", v))}
 
     def forward(x):
         return backend.native_attention(x["q"], x["k"], x["v"], mask, scale)
 
-    grads = backend.vjp(forward, primals, backend.to_native(np.ascontiguousarray(d_output)))
+    grads = backend.vjp(forward, primals, backend.as_native(d_output))
     return {name: backend.from_native(grads[name]) for name in primals}

@@ -46,7 +46,8 @@ class Comparison(NamedTuple):
     allowed: float
     ratio: float
     where: tuple[int, ...] | None  # index of the largest error
-    #: the candidate's value and the oracle's at ``where`` (None where no entry differs)
+    #: the candidate's value and the oracle's at ``where``, kept for a comparison that fails
+    #: (None otherwise)
     values: tuple[float, float] | None = None
 
     def describe_values(self) -> str:
@@ -116,7 +117,6 @@ def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale:
     kappa >= 1 (the oracle's largest probability-weighted |logit| of a row, at least 1).
     An allowance that is not finite fails with ratio inf (:func:`within`)."""
     error, where = max_abs_error(actual, expected)
-    values = None if where is None else value_pair(actual, expected, where)
     runs = naive if isinstance(naive, (list, tuple)) else [naive]
     ref_error = reference_error(dtype, max(max_abs_error(n, expected)[0] for n in runs))
     floor = C * UNIT_ROUNDOFF[dtype] * condition * scale + C * SMALLEST_NORMAL[dtype] * sum_length
@@ -125,14 +125,14 @@ def judge(actual: np.ndarray, expected: np.ndarray, naive, *, dtype: str, scale:
         ratio = np.inf
     else:
         ratio = error / (ref_error + floor / K) if allowed > 0 else (0.0 if error == 0 else np.inf)
-    return Comparison(within(error, allowed), error, ref_error, allowed, float(ratio), where,
-                      values)
+    ok = within(error, allowed)
+    values = None if ok or where is None else value_pair(actual, expected, where)
+    return Comparison(ok, error, ref_error, allowed, float(ratio), where, values)
 
 
 def value_pair(actual, expected, where: tuple[int, ...]) -> tuple[float, float]:
     """``(actual[where], expected[where])`` as Python floats (for a reader: which value was off)."""
-    return (float(np.asarray(actual, dtype=np.float64)[where]),
-            float(np.asarray(expected, dtype=np.float64)[where]))
+    return float(np.asarray(actual)[where]), float(np.asarray(expected)[where])
 
 
 def naive_precisions(dtype: str) -> tuple[str, ...]:

@@ -346,17 +346,14 @@ def failure_groups(results: list[dict]) -> list[dict]:
             continue
         g = groups.setdefault((r["backend"], likely_cause(r)), {
             "backend": r["backend"], "cause": likely_cause(r), "clauses": set(), "cells": set(),
-            "tests": 0, "errors": [], "results": []})
+            "tests": 0, "results": []})
         g["clauses"].update(r["clauses"])
         g["cells"].add(cell(r))
         g["tests"] += 1
         g["results"].append(r)
-        rel = relative_error(r)
-        if rel is not None:
-            g["errors"].append(rel)
     out = []
     for g in groups.values():
-        errors = g.pop("errors")
+        errors = [e for e in map(relative_error, g["results"]) if e is not None]
         typical = statistics.median(errors) if errors else None
         out.append({**g, "clauses": sorted(g["clauses"]), "cells": sorted(g["cells"]),
                     "typical_relative_error": None if typical is None else finite_or_none(typical),
