@@ -48,12 +48,13 @@ CAPABILITIES = frozenset({
     "merge",          # merge_states: partial states (output, lse) merged into their union (MERGE)
     "paged",          # paged_attention and write_pages over a paged KV cache (PAGE)
     "deterministic",  # repeated calls on the same inputs give bitwise-identical results (DET-1)
+    "chunk",          # chunk=C and alignment=: chunked local attention (CHUNK)
 })
 
 #: Capabilities a backend claims only by naming them: ``Backend.capabilities`` omits them.
 OPTIONAL_CAPABILITIES = frozenset({"gqa", "grad", "softcap", "window", "alibi", "segments",
                                    "kv_cache", "lse", "attention_vjp", "bias_grad", "sink",
-                                   "merge", "paged", "deterministic"})
+                                   "merge", "paged", "deterministic", "chunk"})
 
 #: The spec 1.2 keyword arguments of both attention operations, by the capability that governs
 #: them. The suite passes an argument only to a backend that claims its capability, and only with
@@ -66,6 +67,7 @@ FEATURE_ARGUMENTS = {
     "kv_cache": ("past_key", "past_value", "past_lengths"),
     "lse": ("lse",),
     "sink": ("sinks",),  # spec 1.3; scaled_dot_product_attention only (SINK-1)
+    "chunk": ("chunk", "alignment"),  # spec 1.4
 }
 
 ALL_DTYPES = ("float64", "float32", "float16", "bfloat16")

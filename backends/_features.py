@@ -5,8 +5,8 @@ keys, L_K = L_past + L_k keys attended (L_k without a cache).
 
 The integer data of a call (segment ids, sequence and cache lengths) is known before any array is
 touched, so everything it decides is computed here once, as NumPy arrays that a backend moves to
-its device: the structural mask (segments, lengths, cache padding, causal on positions and the
-window: SEG-1, SEG-3, CACHE-2, WIN-1), the ALiBi bias (ALIBI-1) and the index that lays out the
+its device: the structural mask (segments, lengths, cache padding, causal on positions, the
+window and chunks: SEG-1, SEG-3, CACHE-2, WIN-1, CHUNK-1), the ALiBi bias (ALIBI-1) and the index that lays out the
 present cache (CACHE-1). Compiled variants fold them into their canonical mask and bias before
 compiling, so they compile once per shape.
 """
@@ -41,12 +41,13 @@ def plan(features: Features, *, batch: int, len_q: int, len_k: int, causal) -> P
     """The structural mask, ALiBi bias and present-cache index of a validated call with ``len_k``
     new keys and the ``causal`` argument."""
     pos = features.positions
-    if pos is None and (features.window is not None or features.slopes is not None):
+    if pos is None and features.needs_positions:
         pos = positions.token_positions(batch, len_q, len_k, alignment=features.diagonal)
     allowed = None
     if features.structural:
         allowed = positions.structural_allowed(pos, causal=causal is not None,
-                                               window=features.window)[:, None]
+                                               window=features.window,
+                                               chunk=features.chunk)[:, None]
         causal = None
     alibi = None if features.slopes is None else positions.alibi_bias(features.slopes, pos)
     index = None

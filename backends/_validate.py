@@ -26,7 +26,8 @@ CAUSAL_VALUES = (None, "top_left", "bottom_right")
 #: ``check_write``, which every merge_states, paged_attention and write_pages built on this
 #: package runs before computing.
 REJECTION_CLAUSES = frozenset({*(f"ERR-{i}" for i in range(1, 11)), "GQA-2", "SOFTCAP-2", "WIN-2",
-                               "ALIBI-3", "SEG-5", "CACHE-4", "SINK-4", "MERGE-6", "PAGE-4"})
+                               "ALIBI-3", "SEG-5", "CACHE-4", "SINK-4", "MERGE-6", "PAGE-4",
+                               "CHUNK-2"})
 
 
 class Arg(NamedTuple):

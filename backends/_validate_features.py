@@ -1,5 +1,5 @@
 """Validation of the spec 1.2 keyword arguments of both attention operations (chapters GQA to
-LSE, SINK-4): soft-cap, window, alignment, ALiBi slopes, segment ids and sequence lengths, a KV
+LSE, SINK-4, CHUNK-2): soft-cap, window, chunk, alignment, ALiBi slopes, segment ids and sequence lengths, a KV
 cache, sinks and lse, checked and normalised into :class:`Features` (:func:`check_features`).
 The shapes of q, k, v and the masks are :mod:`._validate`'s.
 
@@ -26,7 +26,7 @@ from .positions import Positions
 # cache). Clauses: spec/clauses.toml, chapters GQA to LSE.
 
 #: The spec 1.2 keyword arguments of both attention operations and their defaults.
-FEATURE_DEFAULTS = {"softcap": None, "window": None, "alignment": None, "alibi_slopes": None,
+FEATURE_DEFAULTS = {"softcap": None, "window": None, "chunk": None, "alignment": None, "alibi_slopes": None,
                     "q_segment_ids": None, "kv_segment_ids": None, "query_seq_lengths": None,
                     "key_value_seq_lengths": None, "past_key": None, "past_value": None,
                     "past_lengths": None, "sinks": None, "lse": False}
@@ -36,7 +36,8 @@ class Features(NamedTuple):
     """The spec 1.2 arguments of one call, validated and normalised (:func:`check_features`).
 
     softcap: the cap c as a float, or None; window: (left, right) with None for an unbounded side,
-    or None; diagonal: the alignment of causal, window and ALiBi ("top_left" / "bottom_right"; always
+    or None; chunk: the chunk size C of chunked local attention (CHUNK-1), or None; diagonal: the
+    alignment of causal, window, chunk and ALiBi ("top_left" / "bottom_right"; always
     "bottom_right" with a cache), or None when nothing needs one; slopes: float64 (B, h) ALiBi slopes
     or None; positions: the :class:`~.positions.Positions` of segments, lengths or a cache (None
     when there are none: then query i sits at i (+ L_k - L_q bottom-right) and key j at j);
@@ -49,6 +50,7 @@ class Features(NamedTuple):
 
     softcap: float | None = None
     window: tuple[int | None, int | None] | None = None
+    chunk: int | None = None
     diagonal: str | None = None
     slopes: np.ndarray | None = None
     positions: Positions | None = None
@@ -74,9 +76,15 @@ class Features(NamedTuple):
 
     @property
     def structural(self) -> bool:
-        """Whether keys are removed by position (segments, lengths, a cache or a window): causal
-        then applies to positions too (SEG-3, CACHE-2, WIN-1)."""
-        return self.positions is not None or self.window is not None
+        """Whether keys are removed by position (segments, lengths, a cache, a window or chunks):
+        causal then applies to positions too (SEG-3, CACHE-2, WIN-1, CHUNK-1)."""
+        return self.positions is not None or self.window is not None or self.chunk is not None
+
+    @property
+    def needs_positions(self) -> bool:
+        """Whether the call compares token positions without segments, lengths or a cache (a
+        window, chunks or ALiBi): query i then sits at i (+ L_k - L_q bottom-right), key j at j."""
+        return self.window is not None or self.chunk is not None or self.slopes is not None
 
     @property
     def outputs(self) -> bool:
@@ -126,13 +134,15 @@ def check_features(op: str, dims: Dims, features: Mapping[str, Any], *, dtype: s
         fail(op, f"argument 'lse' must be True or False, got {lse!r}")
     softcap = _check_softcap(op, f["softcap"])
     window = _check_window(op, f["window"])
+    chunk = _check_chunk(op, f["chunk"])
     slopes = _check_slopes(op, dims, describe("alibi_slopes", f["alibi_slopes"]),
                            f["alibi_slopes"], backend)
     past_key, past_value, past_lengths = _check_cache(op, f, dtype, kv, backend, describe)
     if causal not in CAUSAL_VALUES:
         fail(op, f"argument 'causal' must be None, 'top_left' or 'bottom_right', got {causal!r}")
     diagonal = _diagonal(op, causal, f["alignment"], cached=past_key is not None,
-                         needs_diagonal=window is not None or slopes is not None)
+                         needs_diagonal=window is not None or chunk is not None
+                         or slopes is not None)
     segments = _check_segments(op, dims, f, backend, describe)
     if past_key is not None:
         given = [n for n in ("q_segment_ids", "kv_segment_ids", "query_seq_lengths",
@@ -148,10 +158,10 @@ def check_features(op: str, dims: Dims, features: Mapping[str, Any], *, dtype: s
                                         **segments)
     else:
         pos = None
-    if window is None and slopes is None and pos is None:
+    if window is None and chunk is None and slopes is None and pos is None:
         diagonal = None  # only causal's own, which MASK-6/7 applies
     sinks = _check_sinks(op, dims, describe("sinks", f["sinks"]), f["sinks"], backend)
-    return Features(softcap, window, diagonal, slopes, pos, f["past_key"], f["past_value"],
+    return Features(softcap, window, chunk, diagonal, slopes, pos, f["past_key"], f["past_value"],
                     past_lengths, sinks, bool(lse))
 
 
@@ -172,7 +182,7 @@ def _check_sinks(op: str, dims: Dims, a: Arg | None, x, backend) -> np.ndarray |
 
 def _check_claims(op: str, f: dict, backend) -> None:
     """NotImplementedError for a feature argument the backend does not claim (ValueError for lse,
-    LSE-1). ``alignment`` belongs to window and alibi: either claim admits it."""
+    LSE-1). ``alignment`` belongs to window, chunk and alibi: any of their claims admits it."""
     claimed = backend.capabilities
     if f["lse"] is not False and "lse" not in claimed:
         fail(op, f"argument 'lse': {backend.name} does not compute the log-sum-exp (capability "
@@ -181,7 +191,7 @@ def _check_claims(op: str, f: dict, backend) -> None:
         if capability in claimed or capability == "lse":
             continue
         given = [n for n in names if f[n] is not None
-                 and not (n == "alignment" and {"window", "alibi"} & claimed)]
+                 and not (n == "alignment" and {"window", "chunk", "alibi"} & claimed)]
         if given:
             raise NotImplementedError(f"{backend.name}: {op} with {', '.join(given)} (capability "
                                       f"'{capability}') is not supported")
@@ -212,6 +222,16 @@ def _check_window(op: str, window) -> tuple[int | None, int | None] | None:
     return sides
 
 
+def _check_chunk(op: str, chunk) -> int | None:
+    """CHUNK-2: None or a positive integer (not a bool), as an int."""
+    if chunk is None:
+        return None
+    size = as_int(chunk)
+    if size is None or size < 1:
+        fail(op, f"argument 'chunk' must be a positive integer (None: no chunks), got {chunk!r}")
+    return size
+
+
 def _diagonal(op: str, causal, alignment, *, cached: bool, needs_diagonal: bool) -> str | None:
     """WIN-2, CACHE-4: the alignment of causal, window and ALiBi."""
     if alignment is not None and alignment not in CAUSAL_VALUES[1:]:
@@ -228,8 +248,9 @@ def _diagonal(op: str, causal, alignment, *, cached: bool, needs_diagonal: bool)
                      f"past_length + i (CACHE-2); use 'bottom_right' or None")
         return "bottom_right"
     if needs_diagonal and diagonal is None:
-        fail(op, "argument 'alignment' is required: window and alibi_slopes need a diagonal; pass "
-                 "causal or alignment ('top_left' or 'bottom_right'), there is no default (WIN-2)")
+        fail(op, "argument 'alignment' is required: window, chunk and alibi_slopes need a diagonal; "
+                 "pass causal or alignment ('top_left' or 'bottom_right'), there is no default "
+                 "(WIN-2, CHUNK-2)")
     return diagonal
 
 

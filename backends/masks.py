@@ -17,7 +17,7 @@ blocked, added times -1e9, MASK-3), ``key_padding_mask`` (``(B, L_k)``, True = k
 * a top-left index window (jax ``local_window_size``): :func:`native_window`, when exact;
 * per-batch query and key lengths for spec 1.2's segments and lengths (jax
   ``query_seq_lengths`` / ``key_value_seq_lengths``): :func:`native_lengths`, when exact;
-* segments, lengths and windows of spec 1.2 as one boolean: :func:`structural_mask`.
+* segments, lengths, windows and chunks of spec 1.2 and 1.4 as one boolean: :func:`structural_mask`.
 
 The array helpers take and return the caller's arrays (NumPy, torch, JAX including tracers,
 TensorFlow; see :mod:`.array_ops`); ``like`` is an array of the computation (q) whose dtype and
@@ -167,14 +167,14 @@ def native_lengths(pos: "positions.Positions | None") -> tuple | None:
     return tuple(lengths)
 
 
-def structural_mask(batch: int, len_q: int, len_k: int, *, causal=None, window=None,
+def structural_mask(batch: int, len_q: int, len_k: int, *, causal=None, window=None, chunk=None,
                     alignment=None, q_segment_ids=None, kv_segment_ids=None,
                     query_seq_lengths=None, key_value_seq_lengths=None) -> np.ndarray | None:
-    """Spec 1.2's boolean conditions on positions (SEG-1, SEG-2, SEG-3, WIN-1, MASK-6/7 within
-    segments) as one ``(B, 1, L_q, L_k)`` NumPy boolean, True = may attend, or None when none is
+    """Spec 1.2's boolean conditions on positions (SEG-1, SEG-2, SEG-3, WIN-1, CHUNK-1, MASK-6/7
+    within segments) as one ``(B, 1, L_q, L_k)`` NumPy boolean, True = may attend, or None when none is
     given. Integer arguments are NumPy (``to_numpy`` them first); ``alignment`` defaults to
     ``causal``'s. Move it to the device with ``ops_for(q).constant``."""
-    given = (causal, window, q_segment_ids, kv_segment_ids, query_seq_lengths,
+    given = (causal, window, chunk, q_segment_ids, kv_segment_ids, query_seq_lengths,
              key_value_seq_lengths)
     if all(a is None for a in given):
         return None
@@ -183,4 +183,5 @@ def structural_mask(batch: int, len_q: int, len_k: int, *, causal=None, window=N
                                     q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                                     query_seq_lengths=query_seq_lengths,
                                     key_value_seq_lengths=key_value_seq_lengths)
-    return positions.structural_allowed(pos, causal=causal is not None, window=window)[:, None]
+    return positions.structural_allowed(pos, causal=causal is not None, window=window,
+                                        chunk=chunk)[:, None]

@@ -30,9 +30,9 @@ class BlockMask(NamedTuple):
     causal_offset ``None``, or the offset ``L_K - L_q`` ("bottom_right") / 0 ("top_left") of a
     call without positions: key j is allowed for query i iff ``j <= i + offset``. ``positions``
     (:class:`~mhaspec.backends.positions.Positions`, with (B, ...) arrays) or None: segments,
-    sequence lengths and cache positions, with ``causal`` (compare positions) and ``window``
-    ((left, right), None = unbounded) applied on them (SEG-1, WIN-1, CACHE-2); without positions
-    ``causal`` and ``window`` are unused.
+    sequence lengths and cache positions, with ``causal`` (compare positions), ``window``
+    ((left, right), None = unbounded) and ``chunk`` (C) applied on them (SEG-1, WIN-1, CHUNK-1,
+    CACHE-2); without positions ``causal``, ``window`` and ``chunk`` are unused.
     """
 
     mask: np.ndarray | None = None
@@ -41,6 +41,7 @@ class BlockMask(NamedTuple):
     positions: positions_.Positions | None = None
     causal: bool = False
     window: tuple | None = None
+    chunk: int | None = None
 
     def block(self, heads: tuple, qs: slice, ks: slice):
         """The allowed mask for the lead index ``heads`` (see :func:`_cut`), queries ``qs`` and keys
@@ -58,7 +59,8 @@ class BlockMask(NamedTuple):
         if self.positions is not None:
             item = _batch_item(self.positions, heads)
             structural = positions_.structural_allowed(item, causal=self.causal,
-                                                       window=self.window, rows=qs, cols=ks)
+                                                       window=self.window, chunk=self.chunk,
+                                                       rows=qs, cols=ks)
             allowed = structural if allowed is None else allowed & structural
         return allowed
 

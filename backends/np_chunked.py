@@ -90,14 +90,14 @@ class Chunked(Batched):
         :class:`Alibi` and the soft-cap, and the present-cache index as NumPy: nothing of size
         L_q * L_K is built here."""
         pos = feats.positions
-        if pos is None and (feats.window is not None or feats.slopes is not None):
+        if pos is None and feats.needs_positions:
             pos = positions_.token_positions(like.shape[0], len_q, len_k,
                                              alignment=feats.diagonal)
         len_all = feats.len_past + len_k
         if feats.structural:
             allowed = BlockMask(None if masks.mask is None else np.asarray(masks.mask),
                                 masks.key_padding_mask, None, pos, masks.causal is not None,
-                                feats.window)
+                                feats.window, feats.chunk)
         else:
             allowed = self.combine_masks(ops, len_q, len_all, None, masks.mask,
                                          masks.key_padding_mask, masks.causal)

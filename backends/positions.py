@@ -5,7 +5,7 @@ L_k keys attended (L_k without a cache).
 
 Segment ids, sequence lengths and cache lengths are integer data the backends never differentiate,
 so every backend computes the structural mask (segments AND causal AND window, SEG-1, SEG-3,
-WIN-1, CACHE-2) and the ALiBi bias (ALIBI-1) here in NumPy and moves the result to its device.
+WIN-1, CHUNK-1, CACHE-2) and the ALiBi bias (ALIBI-1) here in NumPy and moves the result to its device.
 The blockwise forms (``rows``, ``cols``) let a chunked kernel build one block at a time without
 forming the (L_q, L_K) matrix. Arguments are validated by the caller (``_validate``).
 """
@@ -106,11 +106,12 @@ def present_index(past_lengths, l_past: int, l_k: int) -> np.ndarray:
                     np.where(j < past_lengths + l_k, new, l_past + l_k))
 
 
-def structural_allowed(pos: Positions, *, causal: bool, window=None, rows: slice = ALL,
-                       cols: slice = ALL) -> np.ndarray:
+def structural_allowed(pos: Positions, *, causal: bool, window=None, chunk=None,
+                       rows: slice = ALL, cols: slice = ALL) -> np.ndarray:
     """(B, L_q', L_K') bool for queries ``rows`` and keys ``cols``: same segment, both valid, and
     (with ``causal``) key_pos <= query_pos, and (with ``window=(left, right)``, None = unbounded)
-    query_pos - left <= key_pos <= query_pos + right (SEG-1, MASK-6/7 on positions, WIN-1)."""
+    query_pos - left <= key_pos <= query_pos + right, and (with ``chunk`` C) floor(query_pos / C)
+    == floor(key_pos / C) (SEG-1, MASK-6/7 on positions, WIN-1, CHUNK-1)."""
     qp, kp = pos.query_pos[:, rows, None], pos.key_pos[:, None, cols]
     allowed = (pos.query_segment[:, rows, None] == pos.key_segment[:, None, cols]) \
         & pos.query_valid[:, rows, None] & pos.key_valid[:, None, cols]
@@ -122,6 +123,8 @@ def structural_allowed(pos: Positions, *, causal: bool, window=None, rows: slice
             allowed &= kp >= qp - left
         if right is not None:
             allowed &= kp <= qp + right
+    if chunk is not None:
+        allowed &= np.floor_divide(kp, chunk) == np.floor_divide(qp, chunk)
     return allowed
 
 

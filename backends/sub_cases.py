@@ -28,6 +28,7 @@ USES: dict[str, tuple[str, ...]] = {
     "scale": ("scale",),
     "softcap": ("softcap",),
     "window": ("window",),
+    "chunk": ("chunk",),
     "alibi": ("alibi_slopes",),
     "segments": ("q_segment_ids", "kv_segment_ids", "query_seq_lengths", "key_value_seq_lengths"),
     "kv_cache": ("past_key", "past_value"),

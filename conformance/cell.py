@@ -207,7 +207,7 @@ def fit(spec: CaseSpec, capabilities: frozenset, dtype: str, op: str = "mha") ->
     A causal mask dropped from a case with a window or ALiBi leaves its diagonal as
     ``alignment``."""
     if (spec.causal is not None and "causal" not in capabilities and spec.alignment is None
-            and (spec.window is not None or spec.alibi is not None)):
+            and features.needs_diagonal(spec)):
         spec = spec._replace(alignment=spec.causal)
     spec = features.fit_features(spec, capabilities, op)
     if spec.legacy_shape is not None and ("legacy_mask" not in capabilities or dtype == "float16"):

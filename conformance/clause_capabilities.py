@@ -58,6 +58,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "GRAD-10": frozenset({"sdpa", "attention_vjp"}),
     "GRAD-11": frozenset({"sdpa", "attention_vjp", "lse"}),
     "DET-1": frozenset({"deterministic"}),  # spec 1.4
+    **{f"CHUNK-{i}": frozenset({"chunk"}) for i in (1, 2, 3)},  # spec 1.4
 }
 
 

@@ -34,6 +34,12 @@ Beyond that, each clause adds the dimensions where its bugs live:
 * WIN-1: window sides ((1, 0), (0, 2), (3, 1), (None, 0), (2, None), (None, 1)) x alignment x
   ordering x with and without a causal mask on the same diagonal; ALIBI-1: alignment x ordering x
   slopes (h,) or (B, h) x with and without causal, 3-way (spec 1.4); ALIBI-2: alignment x ordering; SEG-1 / SEG-2: each kind of segment ids / sequence lengths.
+* CHUNK-1 (spec 1.4): chunk sizes (1, 2, 3: dividing some lengths and not others, wider than
+  every key axis) x alignment x ordering (bottom-right L_q > L_k: negative query positions) x with
+  and without a causal mask x positions on the array or within packed segments (chunks start at
+  each sequence's first token) x whether the first queries sit at negative positions no causal
+  mask empties (a chunk index rounded toward zero, not down, shows there), every pair; with a
+  cache: test_chunk's cache cases.
 * CACHE-1 / CACHE-2: a full and a partly valid cache in every ordering of L_q and L_K; CACHE-3:
   one, two and three tokens per call.
 * ERR-2..10: each invalid argument of the catalogue (test_errors.BAD_INPUTS) in each operation;
@@ -66,6 +72,9 @@ CAPS = {"tiny": 1e-3, "moderate": 5.0, "huge": 1e6}
 WINDOWS = {"(1, 0)": (1, 0), "(0, 2)": (0, 2), "(3, 1)": (3, 1), "(None, 0)": (None, 0),
            # spec 1.4: the other unbounded side, and an unbounded left with a bounded right > 0
            "(2, None)": (2, None), "(None, 1)": (None, 1)}
+#: chunk sizes (CHUNK-1): one position a chunk, two and three (dividing some lengths and not
+#: others), wider than every key axis
+CHUNKS = {"1": 1, "2": 2, "3": 3, "wide": 32}
 #: ALiBi slopes by shape (ALIBI-1): one per head, one per (batch item, head) -> the case's kind
 SLOPES = {"(h,)": "geometric", "(B, h)": "per_batch"}
 
@@ -118,6 +127,11 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "bias_broadcast": BIAS_BROADCASTS,  # the axes a bias broadcasts over (GRAD-9, spec 1.4)
     "slopes": tuple(SLOPES),  # the shape of the ALiBi slopes (ALIBI-1, spec 1.4)
     "with_causal": ("no", "yes"),  # a causal mask on the feature's own diagonal (spec 1.4)
+    "chunk": tuple(CHUNKS),  # the chunk size (CHUNK-1, spec 1.4)
+    "chunk_positions": ("array", "packed"),  # positions on the array or within segments (SEG-3)
+    # whether the first queries sit at negative positions that no causal mask empties (bottom-right,
+    # L_q > L_K, no causal): where the chunk's floor division rounds down, not toward zero
+    "chunk_floor": ("non-negative", "negative"),
 }
 #: dimensions a case does not show: the test records them with the case (harness.note)
 RECORDED = ("step", "argument")
@@ -130,7 +144,8 @@ NEEDS = {("op", "sdpa"): "sdpa", ("op", "mha"): "mha", ("op", "heads"): "heads",
          ("empty_by", "segments"): "segments", ("empty_by", "seq_lengths"): "segments",
          ("empty_by", "minus_inf_bias"): "bias", ("bias", "finite"): "bias",
          ("masked_by", "mask"): "masks", ("masked_by", "empty_row"): "masks",
-         ("group", "1<g<h"): "gqa", ("group", "g=1"): "gqa"}
+         ("group", "1<g<h"): "gqa", ("group", "g=1"): "gqa",
+         ("chunk_positions", "packed"): "segments"}
 
 
 def _empties_a_row(row: Mapping[str, str]) -> bool:
@@ -138,6 +153,13 @@ def _empties_a_row(row: Mapping[str, str]) -> bool:
     if row.get("empty_by") in ("causal_bottom_right", "window") and row.get("lengths") != "L_q>L_k":
         return False
     return not (row.get("empty_by") == "minus_inf_bias" and row.get("bias") == "none")
+
+
+def _chunk_floor_possible(row: Mapping[str, str]) -> bool:
+    """Negative query positions without a causal mask: bottom-right with L_q > L_k, no causal."""
+    negative = (row["lengths"] == "L_q>L_k" and row["alignment"] == "bottom_right"
+                and row["with_causal"] == "no")
+    return (row["chunk_floor"] == "negative") == negative
 
 
 def every_row(row: Mapping[str, str]) -> bool:
@@ -295,6 +317,10 @@ SPACES: dict[str, Space] = {
     "ALIBI-2": Space(("op", "lengths", "alignment"), lambda s: {"alibi": "geometric",
                                                                "bias_shape": _full(s)}),
     "ALIBI-3": Space(LENGTHS),
+    # spec 1.4: chunked local attention, every pair of its dimensions
+    "CHUNK-1": Space(("op", "lengths", "alignment", "chunk", "with_causal", "chunk_positions",
+                      "chunk_floor"), possible=_chunk_floor_possible),
+    "CHUNK-2": Space(LENGTHS),
     "SEG-1": Space(("op", "lengths", "segments")),
     "SEG-2": Space(("op", "lengths", "seq_lengths")),
     "SEG-3": Space(LENGTHS, {"segments": "packed", "causal": "bottom_right"}),

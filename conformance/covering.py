@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 from hypothesis import example, reject, settings, strategies as st
 
 from . import extremes
-from .conditions import (CAPS, DEGENERATE, RECORDED, SLOPES, SPACES, WINDOWS, Space, bias_shape_of,
+from .conditions import (CAPS, CHUNKS, DEGENERATE, RECORDED, SLOPES, SPACES, WINDOWS, Space, bias_shape_of,
                          every_row, fixed_fields, values_of)
 from .item_state import shape_menu
 from .observation import observe, order_of
@@ -158,6 +158,10 @@ def _feature_fields(row: Mapping[str, str], shape) -> dict:
         kw["bias_shape"] = bias_shape_of(row["bias_broadcast"], full)
     if "window" in row:
         kw.update(window=WINDOWS[row["window"]], alignment=row.get("alignment", "bottom_right"))
+    if "chunk" in row:
+        kw.update(chunk=CHUNKS[row["chunk"]], alignment=row.get("alignment", "bottom_right"))
+    if row.get("chunk_positions") == "packed":
+        kw["segments"] = "packed"
     if "slopes" in row:
         kw.update(alibi=SLOPES[row["slopes"]], alignment=row.get("alignment", "bottom_right"))
     if row.get("with_causal") == "yes":

@@ -422,6 +422,7 @@ SPEC_FIELD_CHECKS = {
     "past_len": lambda x: x is None or _is_int(x, low=0),
     "past_valid": lambda x: isinstance(x, bool),
     "lse": lambda x: isinstance(x, bool),
+    "chunk": lambda x: x is None or _is_int(x, low=1),
 }
 
 
@@ -429,7 +430,8 @@ SPEC_FIELD_CHECKS = {
 OVERRIDE_CHECKS = {"causal": SPEC_FIELD_CHECKS["causal"], "scale": SPEC_FIELD_CHECKS["scale"],
                    "num_kv_heads": _is_int, **{f: (lambda x: x is None) for f in MASKS},
                    **{f: (lambda x: x is None) for f in FEATURE_FIELDS},
-                   **{f: SPEC_FIELD_CHECKS[f] for f in ("softcap", "window", "alignment")},
+                   **{f: SPEC_FIELD_CHECKS[f] for f in ("softcap", "window", "chunk",
+                                                        "alignment")},
                    **{f: (lambda x: isinstance(x, bool)) for f in ("d_lse", "bias_grad")}}
 
 

@@ -4,7 +4,7 @@ Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new key
 keys, L_K = L_past + L_k keys attended, d_k / d_v per-head widths.
 
 A :class:`~mhaspec.conformance.strategies.CaseSpec` names its features with plain values
-(``softcap``, ``window``, ``alignment``, ``alibi``, ``segments``, ``seq_lengths``, ``past_len``,
+(``softcap``, ``window``, ``chunk``, ``alignment``, ``alibi``, ``segments``, ``seq_lengths``, ``past_len``,
 ``past_valid``, ``lse``, ``kv_heads``); :func:`feature_arrays` draws the arrays they need from the
 case's seed (a stream of its own, so a case without features has exactly the arrays of spec 1.1)
 and :func:`feature_kwargs` gives the keyword arguments of a call, holding only non-default values:
@@ -25,6 +25,9 @@ SOFTCAPS = (1e-3, 0.5, 5.0, 50.0, 1e6)
 WIDE = 32
 #: Window sides: 0 (the diagonal only), 1, 3, wider than L_k, unbounded.
 WINDOW_SIDES = (0, 1, 3, WIDE, None)
+#: Chunk sizes (CHUNK-1): one position a chunk, two, three (dividing no drawn length but 3, 6, 9)
+#: and wider than any key axis (one chunk, or none shared with a negative query position).
+CHUNK_SIZES = (1, 2, 3, WIDE)
 #: ALiBi slopes: the geometric sequence 2^(-8 (i + 1) / h), random per head, all zero, random per (B, h).
 ALIBI_KINDS = ("geometric", "random", "zero", "per_batch")
 #: Segment ids: one segment, a segment per token, contiguous packing, arbitrary scattered ids.
@@ -37,7 +40,7 @@ PAST_LENGTHS = (0, 3, 11)
 #: Every CaseSpec field of a feature, with its neutral value.
 NEUTRAL = {"kv_heads": None, "softcap": None, "window": None, "alignment": None, "alibi": None,
            "segments": None, "seq_lengths": None, "past_len": None, "past_valid": False,
-           "lse": False}
+           "lse": False, "chunk": None}
 
 
 class FeatureArrays(NamedTuple):
@@ -141,8 +144,8 @@ def feature_arrays(spec) -> FeatureArrays:
 
 def feature_kwargs(spec, arrays: FeatureArrays) -> dict:
     """The spec 1.2 keyword arguments of a call on ``spec``: only those with a non-default value."""
-    kw = {"softcap": spec.softcap, "window": spec.window, "alignment": spec.alignment,
-          **arrays._asdict()}
+    kw = {"softcap": spec.softcap, "window": spec.window, "chunk": spec.chunk,
+          "alignment": spec.alignment, **arrays._asdict()}
     if spec.lse:
         kw["lse"] = True
     return {k: v for k, v in kw.items() if v is not None}
@@ -156,7 +159,7 @@ def fit_features(spec, capabilities: frozenset, op: str):
         drop["kv_heads"] = None
     for field, capability in (("softcap", "softcap"), ("window", "window"), ("alibi", "alibi"),
                               ("segments", "segments"), ("seq_lengths", "segments"),
-                              ("lse", "lse")):
+                              ("lse", "lse"), ("chunk", "chunk")):
         if getattr(spec, field) not in (None, False) and capability not in capabilities:
             drop[field] = NEUTRAL[field]
     if spec.past_len is not None and "kv_cache" not in capabilities:
@@ -166,9 +169,14 @@ def fit_features(spec, capabilities: frozenset, op: str):
         if spec.causal is None and spec.alignment is None:
             drop["alignment"] = "bottom_right"  # the cache's diagonal (CACHE-2), now named (WIN-2)
     spec = spec._replace(**drop)
-    if spec.window is None and spec.alibi is None:
+    if not needs_diagonal(spec):
         spec = spec._replace(alignment=None)
     return spec
+
+
+def needs_diagonal(spec) -> bool:
+    """Whether ``spec`` has a feature that needs a diagonal: a window, chunks or ALiBi (WIN-2)."""
+    return spec.window is not None or spec.chunk is not None or spec.alibi is not None
 
 
 def _without_past(shape, l_k: int):

@@ -29,6 +29,7 @@ GOVERNS: dict[str, str] = {
     "GQA-1": "gqa",
     "SOFTCAP-1": "softcap",
     "WIN-1": "window",
+    "CHUNK-1": "chunk",
     "ALIBI-1": "alibi",
     "SEG-1": "segments",
     "SEG-2": "segments",

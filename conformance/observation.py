@@ -21,7 +21,7 @@ from mhaspec.backends.sub_cases import judge
 from mhaspec.spec import oracle
 
 from . import extremes, features
-from .conditions import EMPTY_BY, RECORDED, SPACES, WINDOWS, bias_broadcast_of, dimensions_of
+from .conditions import CHUNKS, EMPTY_BY, RECORDED, SPACES, WINDOWS, bias_broadcast_of, dimensions_of
 from .strategies import CaseSpec, build_case
 
 
@@ -84,10 +84,18 @@ def _features(spec: CaseSpec) -> dict[str, str]:
     """The feature dimensions of ``spec`` (soft-cap, window, segments, extremes, ...)."""
     cap = spec.softcap
     window = {v: k for k, v in WINDOWS.items()}.get(spec.window, "other")
+    chunk = {v: k for k, v in CHUNKS.items()}.get(spec.chunk, "other")
     kind, args = extremes.parse(spec.extreme) if spec.extreme else ("none", [""])
     return {"cap": "none" if cap is None else "tiny" if cap <= 1e-2 else "huge" if cap >= 1e4
             else "moderate",
             "window": "none" if spec.window is None else window,
+            "chunk": "none" if spec.chunk is None else chunk,
+            "chunk_floor": "negative" if spec.causal is None and spec.len_q > features.key_length(spec)
+            and (spec.alignment or ("bottom_right" if spec.past_len is not None else None))
+            == "bottom_right" else "non-negative",
+            "chunk_positions": "packed" if spec.segments == "packed" else "array"
+            if spec.segments is None and spec.seq_lengths is None and spec.past_len is None
+            else "other",
             "segments": spec.segments or "none", "seq_lengths": spec.seq_lengths or "none",
             "nonfinite": args[0] if kind == "masked-key" else "none",
             "shared": "self" if spec.self_attention else args[0] if kind == "shared" else "none"}

@@ -53,6 +53,11 @@ NO_KEYS = SDPA._replace(len_k=0)
 WINDOW = SDPA._replace(len_q=5, window=(1, 0), alignment="top_left")
 ALIBI = SDPA._replace(alibi="geometric", alignment="top_left")
 SEGMENTS = SDPA._replace(len_q=5, segments="packed")
+#: spec 1.4: chunks of 2 on a causal call (positions 2..4), before position 0 (bottom-right,
+#: L_q > L_k, no causal: positions -2..2) and within packed segments
+CHUNKED = SDPA._replace(chunk=2, causal="bottom_right")
+CHUNKED_NEGATIVE = SDPA._replace(len_q=5, len_k=3, chunk=2, alignment="bottom_right")
+CHUNKED_PACKED = SEGMENTS._replace(chunk=2, causal="bottom_right")
 #: spec 1.3: four query heads in two groups of two (GRAD-4)
 GROUPED = SDPA._replace(heads=4, kv_heads=2)
 KEY_PADDED = SDPA._replace(key_padding=True)
@@ -80,6 +85,17 @@ class Signature(NamedTuple):
 def _oracle(case, op, **changes) -> tuple:
     res = harness.oracle_result(case, op, **changes)
     return res.out, None
+
+
+def _chunks_on_indices(case, truncate: bool = False) -> np.ndarray:
+    """(L_q, L_k) bool: chunks of ``case.spec.chunk`` on array indices (query i at i + L_k - L_q
+    bottom-right), the chunk index rounded toward zero with ``truncate``, else down."""
+    spec = case.spec
+    offset = spec.len_k - spec.len_q if (spec.causal or spec.alignment) == "bottom_right" else 0
+    index = (np.fix if truncate else np.floor)
+    q_chunk = index((np.arange(spec.len_q) + offset) / spec.chunk)
+    k_chunk = index(np.arange(spec.len_k) / spec.chunk)
+    return q_chunk[:, None] == k_chunk[None, :]
 
 
 def _weights_only(weights) -> tuple:
@@ -344,6 +360,19 @@ SIGNATURES = {
         "agrees with the oracle at window (left + 1, right): one key too many on the left "
         "(WIN-1)", "sdpa", WINDOW, frozenset({"window"}),
         lambda c: _oracle(c, "sdpa", window=(c.spec.window[0] + 1, c.spec.window[1]))),
+    "chunk-as-window": Signature(
+        "agrees with the oracle at window (C - 1, 0) without chunks: chunk=C read as a sliding "
+        "window (CHUNK-1)", "sdpa", CHUNKED, frozenset({"chunk", "window"}),
+        lambda c: _oracle(c, "sdpa", chunk=None, window=(c.spec.chunk - 1, 0))),
+    "chunk-truncated": Signature(
+        "agrees with chunk indices rounded toward zero: queries at positions -C + 1 .. -1 join "
+        "chunk 0 (CHUNK-1)", "sdpa", CHUNKED_NEGATIVE, frozenset({"chunk"}),
+        lambda c: _oracle(c, "sdpa", chunk=None, mask=_chunks_on_indices(c, truncate=True))),
+    "chunk-padded-start": Signature(
+        "agrees with chunks counted on array indices: chunks start at the packed row's first "
+        "token, not at each sequence's (CHUNK-1, SEG-3)", "sdpa", CHUNKED_PACKED,
+        frozenset({"chunk", "segments"}),
+        lambda c: _oracle(c, "sdpa", chunk=None, mask=_chunks_on_indices(c))),
     "alibi-sign": Signature(
         "agrees with the oracle given -slopes: ALiBi adds +m|i - j| (ALIBI-1)",
         "sdpa", ALIBI, frozenset({"alibi"}),

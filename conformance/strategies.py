@@ -96,13 +96,14 @@ class CaseSpec(NamedTuple):
     kv_heads: int | None = None  # g key/value heads of k, v (SDPA, GQA-1) and of the cache
     softcap: float | None = None
     window: tuple | None = None  # (left, right), a side None = unbounded
-    alignment: str | None = None  # the diagonal of window and ALiBi without causal
+    alignment: str | None = None  # the diagonal of window, chunk and ALiBi without causal
     alibi: str | None = None  # one of features.ALIBI_KINDS
     segments: str | None = None  # one of features.SEGMENT_KINDS
     seq_lengths: str | None = None  # one of features.LENGTH_KINDS
     past_len: int | None = None  # L_past of a KV cache (None: no cache; 0: an empty one)
     past_valid: bool = False  # past_lengths drawn in [0, L_past] (else every cached key valid)
     lse: bool = False  # ask for the log-sum-exp
+    chunk: int | None = None  # the chunk size C of chunked local attention (CHUNK, spec 1.4)
 
 
 class Case(NamedTuple):
@@ -296,7 +297,7 @@ def with_causal(spec: CaseSpec, alignment: str) -> CaseSpec:
 #: The features :func:`feature_specs` can draw, by the capability that governs each.
 FEATURE_CAPABILITIES = {"gqa": "gqa", "softcap": "softcap", "window": "window", "alibi": "alibi",
                         "segments": "segments", "seq_lengths": "segments", "cache": "kv_cache",
-                        "lse": "lse"}
+                        "lse": "lse", "chunk": "chunk"}
 
 
 @st.composite
@@ -341,6 +342,8 @@ def feature_specs(draw, *, allow=(), require=(), masks: bool = False, bias: bool
         changes["seq_lengths"] = draw(st.sampled_from(f.LENGTH_KINDS))
     if "lse" in want:
         changes["lse"] = True
+    if "chunk" in want:
+        changes["chunk"] = draw(st.sampled_from(f.CHUNK_SIZES))
     if "cache" in want:
         past = draw(st.sampled_from(f.PAST_LENGTHS))
         changes.update(past_len=past, past_valid=draw(st.booleans()),
@@ -349,7 +352,7 @@ def feature_specs(draw, *, allow=(), require=(), masks: bool = False, bias: bool
         if spec.causal == "top_left":
             changes["causal"] = "bottom_right"
     spec = spec._replace(**changes)
-    if spec.window is not None or spec.alibi is not None:
+    if features.needs_diagonal(spec):
         if spec.causal is None and spec.past_len is None:
             spec = spec._replace(alignment=draw(st.sampled_from(oracle.CAUSAL_ALIGNMENTS)))
         elif draw(st.booleans()):  # the same diagonal named twice is allowed

@@ -290,7 +290,7 @@ EMPTY_ROW_CAUSE = ("the largest error is in a row with no allowed key: what the 
 CASE_DIMENSIONS = ("d_k", "d_v", "self_attention", "use_bias", "mask_shape", "fully_masked_rows",
                    "bias_shape", "legacy_shape", "key_padding", "causal", "scale", "extreme",
                    "kv_heads", "softcap", "window", "alignment", "alibi", "segments",
-                   "seq_lengths", "past_len", "past_valid", "lse")
+                   "seq_lengths", "past_len", "past_valid", "lse", "chunk")
 
 
 def case_fields(spec) -> dict[str, str]:

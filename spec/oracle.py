@@ -325,7 +325,7 @@ def _head_slice(m, i: int):
 # naming the argument, because their error clauses are part of the feature's definition.
 
 #: The keyword arguments of spec 1.2 accepted by :func:`attention` and :func:`attention_result`.
-FEATURES = ("softcap", "window", "alignment", "alibi_slopes", "q_segment_ids", "kv_segment_ids",
+FEATURES = ("softcap", "window", "chunk", "alignment", "alibi_slopes", "q_segment_ids", "kv_segment_ids",
             "query_seq_lengths", "key_value_seq_lengths", "past_key", "past_value", "past_lengths")
 
 
@@ -404,6 +404,15 @@ def _check_window(window) -> tuple[int | None, int | None] | None:
     return tuple(None if s is None else int(s) for s in window)
 
 
+def _check_chunk(chunk) -> int | None:
+    """CHUNK-2: None or a positive integer (not a bool)."""
+    if chunk is None:
+        return None
+    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        _fail("chunk", f"must be a positive integer, got {chunk!r}")
+    return int(chunk)
+
+
 def _check_alibi(alibi_slopes, b: int, h: int) -> np.ndarray | None:
     """ALIBI-3: slopes (h,) or (B, h), finite floats -> (B, h) float64."""
     if alibi_slopes is None:
@@ -432,8 +441,8 @@ def _resolve_alignment(causal, alignment, *, needs_diagonal: bool, cached: bool)
                   "'top_left' is an error with past_key; use 'bottom_right' or None")
         return "bottom_right"
     if needs_diagonal and diagonal is None:
-        _fail("alignment", "window and alibi_slopes need a diagonal: pass causal or alignment "
-              "('top_left' or 'bottom_right'); there is no default")
+        _fail("alignment", "window, chunk and alibi_slopes need a diagonal: pass causal or "
+              "alignment ('top_left' or 'bottom_right'); there is no default")
     return diagonal
 
 
@@ -495,8 +504,12 @@ def alibi_bias(slopes, positions: TokenPositions) -> np.ndarray:
     return -np.asarray(slopes, np.float64)[:, :, None, None] * dist[:, None]
 
 
-def structural_allowed(positions: TokenPositions, *, causal: bool, window) -> np.ndarray:
-    """(B, L_q, L_K) bool: segments AND causal AND window, all on positions (SEG-1, WIN-1)."""
+def structural_allowed(positions: TokenPositions, *, causal: bool, window,
+                       chunk=None) -> np.ndarray:
+    """(B, L_q, L_K) bool: segments AND causal AND window AND chunk, all on positions (SEG-1,
+    WIN-1, CHUNK-1). A query's chunk starts at ``start = query_pos - (query_pos mod C)`` (the
+    floored remainder, so a negative position falls in the chunk below 0) and holds the keys
+    ``start <= key_pos < start + C``."""
     qp = positions.query_pos[:, :, None]
     kp = positions.key_pos[:, None, :]
     allowed = positions.same_segment.copy()
@@ -508,6 +521,9 @@ def structural_allowed(positions: TokenPositions, *, causal: bool, window) -> np
             allowed &= kp >= qp - left
         if right is not None:
             allowed &= kp <= qp + right
+    if chunk is not None:
+        start = qp - np.mod(qp, chunk)
+        allowed &= (kp >= start) & (kp < start + chunk)
     return allowed
 
 
@@ -609,7 +625,7 @@ class AttentionProblem(NamedTuple):
 
 def attention_problem(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
                       causal=None, scale=None, precision: str = "float64", softcap=None, window=None,
-                      alignment=None, alibi_slopes=None, q_segment_ids=None, kv_segment_ids=None,
+                      chunk=None, alignment=None, alibi_slopes=None, q_segment_ids=None, kv_segment_ids=None,
                       query_seq_lengths=None, key_value_seq_lengths=None, past_key=None,
                       past_value=None, past_lengths=None) -> AttentionProblem:
     """The arguments of :func:`attention_result` checked and turned into an :class:`AttentionProblem`
@@ -626,13 +642,15 @@ def attention_problem(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pa
         _fail("v", f"{v.shape[1]} heads differ from k's {g} (k {k.shape}, v {v.shape})")
     softcap = _check_softcap(softcap)
     window = _check_window(window)
+    chunk = _check_chunk(chunk)
     slopes = _check_alibi(alibi_slopes, b, h)
     past_key, past_value, past_lengths = _check_cache(past_key, past_value, past_lengths, k, v)
     cached = past_key is not None
     if causal is not None and causal not in CAUSAL_ALIGNMENTS:
         _fail("causal", f"must be None, 'top_left' or 'bottom_right', got {causal!r}")
     diagonal = _resolve_alignment(causal, alignment, cached=cached,
-                                  needs_diagonal=window is not None or slopes is not None)
+                                  needs_diagonal=window is not None or chunk is not None
+                                  or slopes is not None)
     q_ids, k_ids = _check_segments(q_segment_ids, kv_segment_ids, b, l_q, k.shape[2])
     q_len = _lengths(query_seq_lengths, "query_seq_lengths", b, l_q)
     kv_len = _lengths(key_value_seq_lengths, "key_value_seq_lengths", b, k.shape[2])
@@ -654,7 +672,8 @@ def attention_problem(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pa
         scale = 1.0 / math.sqrt(d_k)
     full = (b, h, l_q, l_all)
     allowed = allowed_mask(b, h, l_q, l_all, mask=mask, key_padding_mask=key_padding_mask)
-    allowed &= structural_allowed(positions, causal=causal is not None, window=window)[:, None]
+    allowed &= structural_allowed(positions, causal=causal is not None, window=window,
+                                  chunk=chunk)[:, None]
     additive = []
     if bias is not None:
         additive.append(np.broadcast_to(ar.cast(bias), full))
@@ -668,7 +687,7 @@ def attention_problem(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pa
 
 def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
                      causal=None, scale=None, precision: str = "float64", info: dict | None = None,
-                     softcap=None, window=None, alignment=None, alibi_slopes=None,
+                     softcap=None, window=None, chunk=None, alignment=None, alibi_slopes=None,
                      q_segment_ids=None, kv_segment_ids=None, query_seq_lengths=None,
                      key_value_seq_lengths=None, past_key=None, past_value=None,
                      past_lengths=None) -> AttentionResult:
@@ -681,7 +700,7 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
     Per head, with every step in the working precision::
 
         S = c tanh(s q k^T / c) + bias + legacy_mask * -1e9 + alibi      (SOFTCAP-1, ALIBI-1)
-        allowed = mask AND key_padding_mask AND segments AND causal AND window
+        allowed = mask AND key_padding_mask AND segments AND causal AND window AND chunk
         P = softmax over the allowed set (MASK-9: an empty row is 0), output = P v,
         lse = log sum_{allowed} exp(S) (-inf for an empty row)           (LSE-1)
 
@@ -690,7 +709,9 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
       after them would turn a masked -inf into the finite -c and leak weight to masked keys).
     - ``window=(left, right)`` (WIN-1), either side None = unbounded: key j is visible to query i
       iff ``query_pos - left <= key_pos <= query_pos + right``.
-    - ``alignment``: the diagonal of window and ALiBi when ``causal`` is None (WIN-1); it must
+    - ``chunk`` C >= 1 (CHUNK-1, spec 1.4): key j is visible to query i iff both positions lie in
+      one chunk of C positions: ``floor(query_pos / C) == floor(key_pos / C)``.
+    - ``alignment``: the diagonal of window, chunk and ALiBi when ``causal`` is None (WIN-1); it must
       equal ``causal`` when both are given. Positions: :func:`token_positions`.
     - ``alibi_slopes`` (h,) or (B, h) (ALIBI-1): adds ``-m_h |query_pos - key_pos|``.
     - ``q_segment_ids`` (B, L_q), ``kv_segment_ids`` (B, L_k) integers (SEG-1): attend only where
@@ -702,12 +723,13 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
       zero padding; query i sits at position ``past_lengths[b] + i``, so causal (which must be
       None or "bottom_right") allows present key j iff ``j <= past_lengths[b] + i``. Masks, bias
       and key_padding_mask have the present cache's key axis L_K.
-    Invalid new arguments raise ValueError naming the argument (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4).
+    Invalid new arguments raise ValueError naming the argument (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3,
+    SEG-5, CACHE-4, CHUNK-2).
     """
     problem = attention_problem(
         q, k, v, mask=mask, bias=bias, legacy_mask=legacy_mask, key_padding_mask=key_padding_mask,
         causal=causal, scale=scale, precision=precision, softcap=softcap, window=window,
-        alignment=alignment, alibi_slopes=alibi_slopes, q_segment_ids=q_segment_ids,
+        chunk=chunk, alignment=alignment, alibi_slopes=alibi_slopes, q_segment_ids=q_segment_ids,
         kv_segment_ids=kv_segment_ids, query_seq_lengths=query_seq_lengths,
         key_value_seq_lengths=key_value_seq_lengths, past_key=past_key, past_value=past_value,
         past_lengths=past_lengths)

@@ -599,6 +599,89 @@ def _wider_left(window):
     return window
 
 
+class ChunkAsWindow(_BrokenFeature):
+    """Reads ``chunk=C`` as the sliding window (C - 1, 0): each query sees the C keys up to it
+    instead of the keys of its own chunk (CHUNK-3: a chunk is not a window)."""
+
+    def _attention(self, q, k, v, *, chunk=None, window=None, **kw):
+        return super()._attention(q, k, v, **_chunk_as_window(chunk, window), **kw)
+
+    def _mha(self, query, key, value, params, *, chunk=None, window=None, **kw):
+        return super()._mha(query, key, value, params, **_chunk_as_window(chunk, window), **kw)
+
+
+def _valid_chunk(chunk) -> bool:
+    return type(chunk) is int and chunk >= 1
+
+
+def _chunk_as_window(chunk, window) -> dict:
+    """{window: (C - 1, 0)} for a valid chunk and no window (others left for the oracle)."""
+    if _valid_chunk(chunk) and window is None:
+        return {"window": (chunk - 1, 0), "chunk": None}
+    return {"window": window, "chunk": chunk}
+
+
+def index_chunks(len_q: int, len_k: int, chunk: int, diagonal, *, truncate: bool = False):
+    """(L_q, L_k) bool: chunks on array indices, query i at i (+ L_k - L_q bottom-right); with
+    ``truncate`` the chunk index rounds toward zero (C's integer division) instead of down."""
+    i = np.arange(len_q)[:, None] + (len_k - len_q if diagonal == "bottom_right" else 0)
+    j = np.arange(len_k)[None, :]
+    if truncate:
+        return np.trunc(i / chunk) == np.trunc(j / chunk)
+    return i // chunk == j // chunk
+
+
+class _ChunkOnIndices(_BrokenFeature):
+    """Applies ``chunk`` as a boolean mask on array indices (see :func:`index_chunks`) in calls
+    :meth:`applies` to; the other calls are the reference's."""
+
+    truncate = False
+
+    def applies(self, kw) -> bool:
+        raise NotImplementedError
+
+    def _folded(self, len_q, len_k, kw):
+        chunk = kw.get("chunk")
+        if not (_valid_chunk(chunk) and kw.get("past_key") is None and self.applies(kw)):
+            return kw
+        diagonal = kw.get("causal") or kw.get("alignment")
+        if diagonal not in ("top_left", "bottom_right"):
+            return kw
+        allowed = index_chunks(len_q, len_k, chunk, diagonal, truncate=self.truncate)
+        mask = kw.get("mask")
+        mask = allowed if mask is None else np.asarray(mask, bool) & allowed
+        return {**kw, "chunk": None, "mask": mask,
+                "alignment": kw.get("alignment") or kw.get("causal")}
+
+    def _attention(self, q, k, v, **kw):
+        return super()._attention(q, k, v, **self._folded(q.shape[2], k.shape[2], kw))
+
+    def _mha(self, query, key, value, params, **kw):
+        return super()._mha(query, key, value, params,
+                            **self._folded(query.shape[1], key.shape[1], kw))
+
+
+class ChunksFromThePaddedStart(_ChunkOnIndices):
+    """Counts chunks on array indices when segments or lengths are given, not from each
+    sequence's first token (Hugging Face's ``_legacy_chunked_overlay``, CHUNK-3)."""
+
+    def applies(self, kw) -> bool:
+        return any(kw.get(n) is not None for n in ("q_segment_ids", "kv_segment_ids",
+                                                    "query_seq_lengths", "key_value_seq_lengths"))
+
+
+class ChunkIndexTruncated(_ChunkOnIndices):
+    """Takes a query's chunk as its position divided by C rounded toward zero (C's integer
+    division): with bottom-right and L_q > L_k, queries at positions -C + 1 .. -1 join chunk 0."""
+
+    truncate = True
+
+    def applies(self, kw) -> bool:
+        return not any(kw.get(n) is not None for n in ("q_segment_ids", "kv_segment_ids",
+                                                        "query_seq_lengths",
+                                                        "key_value_seq_lengths"))
+
+
 class AlibiSignFlipped(_BrokenFeature):
     """Adds +m |i - j| instead of -m |i - j| (the slopes' sign flipped)."""
 
@@ -748,6 +831,9 @@ FLOAT64_THROUGH_FLOAT32 = Float64ThroughFloat32("broken-float64-through-float32"
 SOFTCAP_AFTER_THE_MASK = SoftcapAfterTheMask("broken-softcap-after-mask")
 WINDOW_OFF_BY_ONE = WindowOffByOne("broken-window-off-by-one")
 ALIBI_SIGN_FLIPPED = AlibiSignFlipped("broken-alibi-sign")
+CHUNK_AS_WINDOW = ChunkAsWindow("broken-chunk-as-window")
+CHUNKS_FROM_THE_PADDED_START = ChunksFromThePaddedStart("broken-chunks-from-padded-start")
+CHUNK_INDEX_TRUNCATED = ChunkIndexTruncated("broken-chunk-index-truncated")
 SEGMENTS_ACROSS_BATCH = SegmentsAcrossBatch("broken-segments-across-batch")
 CACHE_OFFSET_ZERO = CacheOffsetZero("broken-cache-offset-zero")
 LSE_OF_THE_UNMASKED_ROW = LseOfTheUnmaskedRow("broken-lse-unmasked")
@@ -807,6 +893,9 @@ EXPECTED = {
     "FLOAT64_THROUGH_FLOAT32": ("broken-float64-through-float32", {"NUM-2"}),
     "SOFTCAP_AFTER_THE_MASK": ("broken-softcap-after-mask", {"SOFTCAP-1"}),
     "WINDOW_OFF_BY_ONE": ("broken-window-off-by-one", {"WIN-1"}),
+    "CHUNK_AS_WINDOW": ("broken-chunk-as-window", {"CHUNK-1"}),
+    "CHUNKS_FROM_THE_PADDED_START": ("broken-chunks-from-padded-start", {"CHUNK-1"}),
+    "CHUNK_INDEX_TRUNCATED": ("broken-chunk-index-truncated", {"CHUNK-1"}),
     "ALIBI_SIGN_FLIPPED": ("broken-alibi-sign", {"ALIBI-1"}),
     "SEGMENTS_ACROSS_BATCH": ("broken-segments-across-batch", {"SEG-1"}),
     "CACHE_OFFSET_ZERO": ("broken-cache-offset-zero", {"CACHE-2"}),
