@@ -82,8 +82,13 @@ def unusable() -> str | None:
 
 @functools.cache
 def kernels():
-    """``torch.ops._C`` with vLLM's CPU kernels loaded."""
+    """``torch.ops._C`` with vLLM's CPU kernels loaded. On a CPU with AMX tiles the process asks
+    the kernel for the AMX state first (``torch.cpu._init_amx``, as vLLM's own CPU benchmarks and
+    tests do): its bfloat16 kernel with pages of 32 uses AMX, and without the request the process
+    dies of SIGILL."""
     torch = torch_module()
+    if torch.cpu._is_amx_tile_supported():
+        torch.cpu._init_amx()
     torch.ops.load_library(library_file())
     return torch.ops._C
 

@@ -40,3 +40,31 @@ def test_merge_conventions_of_the_wrong_kind_are_a_claim_error(declared, words):
     with pytest.raises(ClaimError) as err:
         checked(raw)
     assert all(w in str(err.value) for w in words), str(err.value)
+
+
+# -- PAGE-1's page_size_unit crosses the sealed path the same way (spec 1.4) ---------------------
+
+class _Paged:
+    """A backend declaring pages in multiples of 16, as vllm-cpu-paged does."""
+    page_size_unit = 16
+
+
+def test_a_backends_page_size_unit_reaches_the_judging_process():
+    raw = {**read_claims(load_backend("numpy-batched")),
+           "page_size_unit": serving.page_size_unit_of(_Paged())}
+    sealed = type("Sealed", (), {"page_size_unit": checked(raw).page_size_unit})()
+    assert serving.page_size_unit_of(sealed) == 16
+    assert checked(read_claims(load_backend("numpy-batched"))).page_size_unit == 1
+
+
+def test_the_host_reads_page_size_unit_from_the_backend():
+    backend = load_backend("numpy-batched")
+    paged = type("PagedNumpy", (type(backend),), {"page_size_unit": 16})
+    assert read_claims(paged("batched", name="paged-numpy"))["page_size_unit"] == 16
+
+
+@pytest.mark.parametrize("unit", [0, -16, 1.5, True, "16"])
+def test_a_page_size_unit_that_is_no_positive_int_is_a_claim_error(unit):
+    raw = {**read_claims(load_backend("numpy-batched")), "page_size_unit": unit}
+    with pytest.raises(ClaimError, match="page_size_unit"):
+        checked(raw)

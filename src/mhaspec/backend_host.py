@@ -59,6 +59,8 @@ def read_claims(backend) -> dict:
     # spec 1.4, MERGE-3: the lse conventions merge_states accepts (None: LSE-1's alone)
     claims["merge_conventions"] = member("merge_conventions", getattr, backend, "merge_conventions",
                                          None)
+    # spec 1.4, PAGE-1: the page sizes paged_attention takes are the multiples of this unit
+    claims["page_size_unit"] = member("page_size_unit", getattr, backend, "page_size_unit", 1)
     claims["framework_version"] = member("framework_version()",
                                          lambda: str(backend.framework_version()))
     scoped = getattr(backend, "capabilities_for", None)

@@ -34,7 +34,8 @@ class Claims:
     capabilities it supports (:mod:`mhaspec.backends.sub_cases`); ``device_names``: usable
     device -> its readable name (:func:`mhaspec.backend_host.device_name`); ``merge_conventions``:
     argument -> the values ``merge_states`` accepts (MERGE-3), None when the backend declares none
-    (LSE-1's conventions alone)."""
+    (LSE-1's conventions alone); ``page_size_unit``: the page sizes ``paged_attention`` takes are
+    its multiples (PAGE-1; 1: every size)."""
 
     name: str
     framework: str
@@ -53,6 +54,7 @@ class Claims:
         default_factory=lambda: MappingProxyType({}))
     device_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     merge_conventions: Mapping[str, tuple[str, ...]] | None = None
+    page_size_unit: int = 1
 
 
 def _str(what: str, v) -> str:
@@ -151,9 +153,17 @@ def checked(raw: dict) -> Claims:
         library_validates=_clause_ids("library_validates", raw.get("library_validates", [])),
         sub_cases=_sub_cases(raw.get("sub_cases", {})),
         merge_conventions=_merge_conventions(raw.get("merge_conventions")),
+        page_size_unit=_page_size_unit(raw.get("page_size_unit", 1)),
         device_names=MappingProxyType({
             d: _str(f"the name of device {d!r}", raw.get("device_names", {}).get(d))[:200]
             for d in dtypes}))
+
+
+def _page_size_unit(v) -> int:
+    """A backend's ``page_size_unit`` (PAGE-1): a positive int (not a bool)."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ClaimError(f"page_size_unit must be a positive integer, got {_kind(v)}")
+    return v
 
 
 def _merge_conventions(v) -> Mapping[str, tuple[str, ...]] | None:

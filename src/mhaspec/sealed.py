@@ -97,6 +97,7 @@ class SealedBackend:
         self.validated_clauses, self.library_validates = claims.validated_clauses, claims.library_validates
         self.sub_cases = claims.sub_cases
         self.merge_conventions = claims.merge_conventions  # spec 1.4, MERGE-3
+        self.page_size_unit = claims.page_size_unit  # spec 1.4, PAGE-1
         self.capabilities_for = None if claims.capabilities_for is None else self._scoped
         self._ids = itertools.count(1)
         self._released: list[tuple[int, int]] = []  # (generation, id) no longer held here
