@@ -6,9 +6,9 @@ keys, L_K = L_past + L_k keys attended (L_k without a cache).
 The integer data of a call (segment ids, sequence and cache lengths) is known before any array is
 touched, so everything it decides is computed here once, as NumPy arrays that a backend moves to
 its device: the structural mask (segments, lengths, cache padding, causal on positions, the
-window and chunks: SEG-1, SEG-3, CACHE-2, WIN-1, CHUNK-1), the ALiBi bias (ALIBI-1) and the index that lays out the
-present cache (CACHE-1). Compiled variants fold them into their canonical mask and bias before
-compiling, so they compile once per shape.
+window and chunks: SEG-1, SEG-3, CACHE-2, WIN-1, CHUNK-1), the ALiBi bias (ALIBI-1) and the index
+that lays out the present cache (CACHE-1). Compiled variants fold them into their canonical mask
+and bias before compiling, so they compile once per shape.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Validation of the spec 1.2 keyword arguments of both attention operations (chapters GQA to
-LSE, SINK-4, CHUNK-2): soft-cap, window, chunk, alignment, ALiBi slopes, segment ids and sequence lengths, a KV
-cache, sinks and lse, checked and normalised into :class:`Features` (:func:`check_features`).
-The shapes of q, k, v and the masks are :mod:`._validate`'s.
+LSE, SINK-4, CHUNK-2): soft-cap, window, chunk, alignment, ALiBi slopes, segment ids and sequence
+lengths, a KV cache, sinks and lse, checked and normalised into :class:`Features`
+(:func:`check_features`). The shapes of q, k, v and the masks are :mod:`._validate`'s.
 
 Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths, g key/value heads,
 L_past cached keys, L_K = L_past + L_k (L_k without a cache).
@@ -26,10 +26,10 @@ from .positions import Positions
 # cache). Clauses: spec/clauses.toml, chapters GQA to LSE.
 
 #: The spec 1.2 keyword arguments of both attention operations and their defaults.
-FEATURE_DEFAULTS = {"softcap": None, "window": None, "chunk": None, "alignment": None, "alibi_slopes": None,
-                    "q_segment_ids": None, "kv_segment_ids": None, "query_seq_lengths": None,
-                    "key_value_seq_lengths": None, "past_key": None, "past_value": None,
-                    "past_lengths": None, "sinks": None, "lse": False}
+FEATURE_DEFAULTS = {"softcap": None, "window": None, "chunk": None, "alignment": None,
+                    "alibi_slopes": None, "q_segment_ids": None, "kv_segment_ids": None,
+                    "query_seq_lengths": None, "key_value_seq_lengths": None, "past_key": None,
+                    "past_value": None, "past_lengths": None, "sinks": None, "lse": False}
 
 
 class Features(NamedTuple):
@@ -140,9 +140,9 @@ def check_features(op: str, dims: Dims, features: Mapping[str, Any], *, dtype: s
     past_key, past_value, past_lengths = _check_cache(op, f, dtype, kv, backend, describe)
     if causal not in CAUSAL_VALUES:
         fail(op, f"argument 'causal' must be None, 'top_left' or 'bottom_right', got {causal!r}")
+    on_positions = window is not None or chunk is not None or slopes is not None
     diagonal = _diagonal(op, causal, f["alignment"], cached=past_key is not None,
-                         needs_diagonal=window is not None or chunk is not None
-                         or slopes is not None)
+                         needs_diagonal=on_positions)
     segments = _check_segments(op, dims, f, backend, describe)
     if past_key is not None:
         given = [n for n in ("q_segment_ids", "kv_segment_ids", "query_seq_lengths",
@@ -158,7 +158,7 @@ def check_features(op: str, dims: Dims, features: Mapping[str, Any], *, dtype: s
                                         **segments)
     else:
         pos = None
-    if window is None and chunk is None and slopes is None and pos is None:
+    if not on_positions and pos is None:
         diagonal = None  # only causal's own, which MASK-6/7 applies
     sinks = _check_sinks(op, dims, describe("sinks", f["sinks"]), f["sinks"], backend)
     return Features(softcap, window, chunk, diagonal, slopes, pos, f["past_key"], f["past_value"],
@@ -248,9 +248,9 @@ def _diagonal(op: str, causal, alignment, *, cached: bool, needs_diagonal: bool)
                      f"past_length + i (CACHE-2); use 'bottom_right' or None")
         return "bottom_right"
     if needs_diagonal and diagonal is None:
-        fail(op, "argument 'alignment' is required: window, chunk and alibi_slopes need a diagonal; "
-                 "pass causal or alignment ('top_left' or 'bottom_right'), there is no default "
-                 "(WIN-2, CHUNK-2)")
+        fail(op, "argument 'alignment' is required: window, chunk and alibi_slopes need a "
+                 "diagonal; pass causal or alignment ('top_left' or 'bottom_right'), there is no "
+                 "default (WIN-2, CHUNK-2)")
     return diagonal
 
 

@@ -171,8 +171,8 @@ def structural_mask(batch: int, len_q: int, len_k: int, *, causal=None, window=N
                     alignment=None, q_segment_ids=None, kv_segment_ids=None,
                     query_seq_lengths=None, key_value_seq_lengths=None) -> np.ndarray | None:
     """Spec 1.2's boolean conditions on positions (SEG-1, SEG-2, SEG-3, WIN-1, CHUNK-1, MASK-6/7
-    within segments) as one ``(B, 1, L_q, L_k)`` NumPy boolean, True = may attend, or None when none is
-    given. Integer arguments are NumPy (``to_numpy`` them first); ``alignment`` defaults to
+    within segments) as one ``(B, 1, L_q, L_k)`` NumPy boolean, True = may attend, or None when
+    none is given. Integer arguments are NumPy (``to_numpy`` them first); ``alignment`` defaults to
     ``causal``'s. Move it to the device with ``ops_for(q).constant``."""
     given = (causal, window, chunk, q_segment_ids, kv_segment_ids, query_seq_lengths,
              key_value_seq_lengths)

@@ -4,8 +4,9 @@ Axis legend: B batch, h query heads, L_q queries, L_k new keys, L_past cached ke
 L_k keys attended (L_k without a cache).
 
 Segment ids, sequence lengths and cache lengths are integer data the backends never differentiate,
-so every backend computes the structural mask (segments AND causal AND window, SEG-1, SEG-3,
-WIN-1, CHUNK-1, CACHE-2) and the ALiBi bias (ALIBI-1) here in NumPy and moves the result to its device.
+so every backend computes the structural mask (segments AND causal AND window AND chunk, SEG-1,
+SEG-3, WIN-1, CHUNK-1, CACHE-2) and the ALiBi bias (ALIBI-1) here in NumPy and moves the result to
+its device.
 The blockwise forms (``rows``, ``cols``) let a chunked kernel build one block at a time without
 forming the (L_q, L_K) matrix. Arguments are validated by the caller (``_validate``).
 """

@@ -54,6 +54,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, NamedTuple
 
+from .features import CHUNK_SIZES, WIDE
+
 #: L_q vs L_k: decoding (L_q = 1 < L_k), L_q < L_k (L_q > 1), prefill (L_q = L_k), L_q > L_k
 LENGTH_ORDERS = ("decode", "L_q<L_k", "L_q=L_k", "L_q>L_k")
 #: the ways a query row's allowed set becomes empty (MASK-9)
@@ -72,9 +74,9 @@ CAPS = {"tiny": 1e-3, "moderate": 5.0, "huge": 1e6}
 WINDOWS = {"(1, 0)": (1, 0), "(0, 2)": (0, 2), "(3, 1)": (3, 1), "(None, 0)": (None, 0),
            # spec 1.4: the other unbounded side, and an unbounded left with a bounded right > 0
            "(2, None)": (2, None), "(None, 1)": (None, 1)}
-#: chunk sizes (CHUNK-1): one position a chunk, two and three (dividing some lengths and not
-#: others), wider than every key axis
-CHUNKS = {"1": 1, "2": 2, "3": 3, "wide": 32}
+#: chunk sizes (CHUNK-1): those the strategies draw (one position a chunk, two and three, dividing
+#: some lengths and not others, and one wider than every key axis), by name
+CHUNKS = {"wide" if size == WIDE else str(size): size for size in CHUNK_SIZES}
 #: ALiBi slopes by shape (ALIBI-1): one per head, one per (batch item, head) -> the case's kind
 SLOPES = {"(h,)": "geometric", "(B, h)": "per_batch"}
 

@@ -26,8 +26,8 @@ from typing import Callable, Mapping
 from hypothesis import example, reject, settings, strategies as st
 
 from . import extremes
-from .conditions import (CAPS, CHUNKS, DEGENERATE, RECORDED, SLOPES, SPACES, WINDOWS, Space, bias_shape_of,
-                         every_row, fixed_fields, values_of)
+from .conditions import (CAPS, CHUNKS, DEGENERATE, RECORDED, SLOPES, SPACES, WINDOWS, Space,
+                         bias_shape_of, every_row, fixed_fields, values_of)
 from .item_state import shape_menu
 from .observation import observe, order_of
 from .strategies import CI_SHAPES, CaseSpec, Shapes

@@ -4,11 +4,11 @@ Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k new key
 keys, L_K = L_past + L_k keys attended, d_k / d_v per-head widths.
 
 A :class:`~mhaspec.conformance.strategies.CaseSpec` names its features with plain values
-(``softcap``, ``window``, ``chunk``, ``alignment``, ``alibi``, ``segments``, ``seq_lengths``, ``past_len``,
-``past_valid``, ``lse``, ``kv_heads``); :func:`feature_arrays` draws the arrays they need from the
-case's seed (a stream of its own, so a case without features has exactly the arrays of spec 1.1)
-and :func:`feature_kwargs` gives the keyword arguments of a call, holding only non-default values:
-a backend that does not claim a feature never sees its argument.
+(``softcap``, ``window``, ``chunk``, ``alignment``, ``alibi``, ``segments``, ``seq_lengths``,
+``past_len``, ``past_valid``, ``lse``, ``kv_heads``); :func:`feature_arrays` draws the arrays
+they need from the case's seed (a stream of its own, so a case without features has exactly the
+arrays of spec 1.1) and :func:`feature_kwargs` gives the keyword arguments of a call, holding only
+non-default values: a backend that does not claim a feature never sees its argument.
 
 Each capability governs its arguments as ``mhaspec.backends.FEATURE_ARGUMENTS`` says.
 """

@@ -21,7 +21,8 @@ from mhaspec.backends.sub_cases import judge
 from mhaspec.spec import oracle
 
 from . import extremes, features
-from .conditions import CHUNKS, EMPTY_BY, RECORDED, SPACES, WINDOWS, bias_broadcast_of, dimensions_of
+from .conditions import (CHUNKS, EMPTY_BY, RECORDED, SPACES, WINDOWS, bias_broadcast_of,
+                         dimensions_of)
 from .strategies import CaseSpec, build_case
 
 
@@ -90,15 +91,21 @@ def _features(spec: CaseSpec) -> dict[str, str]:
             else "moderate",
             "window": "none" if spec.window is None else window,
             "chunk": "none" if spec.chunk is None else chunk,
-            "chunk_floor": "negative" if spec.causal is None and spec.len_q > features.key_length(spec)
-            and (spec.alignment or ("bottom_right" if spec.past_len is not None else None))
-            == "bottom_right" else "non-negative",
+            "chunk_floor": "negative" if _negative_positions(spec) else "non-negative",
             "chunk_positions": "packed" if spec.segments == "packed" else "array"
             if spec.segments is None and spec.seq_lengths is None and spec.past_len is None
             else "other",
             "segments": spec.segments or "none", "seq_lengths": spec.seq_lengths or "none",
             "nonfinite": args[0] if kind == "masked-key" else "none",
             "shared": "self" if spec.self_attention else args[0] if kind == "shared" else "none"}
+
+
+def _negative_positions(spec: CaseSpec) -> bool:
+    """Whether the first queries sit at negative positions no causal mask empties: no causal,
+    bottom-right (named, or a cache's), L_q > L_K (CHUNK-1's floor division shows there)."""
+    diagonal = spec.alignment or ("bottom_right" if spec.past_len is not None else None)
+    return (spec.causal is None and diagonal == "bottom_right"
+            and spec.len_q > features.key_length(spec))
 
 
 def _multi(spec: CaseSpec, dimensions: tuple[str, ...]) -> dict[str, tuple[str, ...]]:

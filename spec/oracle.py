@@ -325,8 +325,9 @@ def _head_slice(m, i: int):
 # naming the argument, because their error clauses are part of the feature's definition.
 
 #: The keyword arguments of spec 1.2 accepted by :func:`attention` and :func:`attention_result`.
-FEATURES = ("softcap", "window", "chunk", "alignment", "alibi_slopes", "q_segment_ids", "kv_segment_ids",
-            "query_seq_lengths", "key_value_seq_lengths", "past_key", "past_value", "past_lengths")
+FEATURES = ("softcap", "window", "chunk", "alignment", "alibi_slopes", "q_segment_ids",
+            "kv_segment_ids", "query_seq_lengths", "key_value_seq_lengths", "past_key",
+            "past_value", "past_lengths")
 
 
 class AttentionResult(NamedTuple):
@@ -625,9 +626,9 @@ class AttentionProblem(NamedTuple):
 
 def attention_problem(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
                       causal=None, scale=None, precision: str = "float64", softcap=None, window=None,
-                      chunk=None, alignment=None, alibi_slopes=None, q_segment_ids=None, kv_segment_ids=None,
-                      query_seq_lengths=None, key_value_seq_lengths=None, past_key=None,
-                      past_value=None, past_lengths=None) -> AttentionProblem:
+                      chunk=None, alignment=None, alibi_slopes=None, q_segment_ids=None,
+                      kv_segment_ids=None, query_seq_lengths=None, key_value_seq_lengths=None,
+                      past_key=None, past_value=None, past_lengths=None) -> AttentionProblem:
     """The arguments of :func:`attention_result` checked and turned into an :class:`AttentionProblem`
     (allowed set, additive terms, present cache): what every head of the call needs. Invalid new
     arguments raise ValueError naming the argument (GQA-2, SOFTCAP-2, WIN-2, ALIBI-3, SEG-5, CACHE-4).
@@ -711,8 +712,8 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
       iff ``query_pos - left <= key_pos <= query_pos + right``.
     - ``chunk`` C >= 1 (CHUNK-1, spec 1.4): key j is visible to query i iff both positions lie in
       one chunk of C positions: ``floor(query_pos / C) == floor(key_pos / C)``.
-    - ``alignment``: the diagonal of window, chunk and ALiBi when ``causal`` is None (WIN-1); it must
-      equal ``causal`` when both are given. Positions: :func:`token_positions`.
+    - ``alignment``: the diagonal of window, chunk and ALiBi when ``causal`` is None (WIN-1); it
+      must equal ``causal`` when both are given. Positions: :func:`token_positions`.
     - ``alibi_slopes`` (h,) or (B, h) (ALIBI-1): adds ``-m_h |query_pos - key_pos|``.
     - ``q_segment_ids`` (B, L_q), ``kv_segment_ids`` (B, L_k) integers (SEG-1): attend only where
       equal; ``query_seq_lengths``, ``key_value_seq_lengths`` (B,) (SEG-2): tokens at or past the
