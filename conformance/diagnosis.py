@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from . import harness, vjp
+from .serving_signatures import SERVING_SIGNATURES, ServingSignature
 from .signatures import EMPTY_ROWS, MHA, NO_KEYS, SDPA, SIGNATURES, Signature, allowed, sinks
 
 
@@ -48,12 +49,26 @@ def _matches(impl: harness.Cell, signature: Signature) -> bool | None:
         got, ref = _outcomes(impl, signature, case)
     except Exception:  # noqa: BLE001 - a call that raises shows nothing here
         return None
-    parts = zip(got, signature.expect(case), ref)
-    parts = [(g, w, r) for g, w, r in parts if w is not None]
+    return _shows(got, signature.expect(case), ref, impl.dtype)
+
+
+def _shows(got: tuple, mistake: tuple, ref: tuple, dtype: str) -> bool | None:
+    """Whether results ``got`` agree with the ``mistake``'s and not with the spec's ``ref``, part
+    by part (a part the mistake leaves None is not compared; None: nothing to compare)."""
+    parts = [(g, w, r) for g, w, r in zip(got, mistake, ref) if w is not None]
     if not parts or any(g is None for g, _, _ in parts):
         return None
-    return (all(agrees(g, w, impl.dtype) for g, w, _ in parts)
-            and not all(agrees(g, r, impl.dtype) for g, _, r in parts))
+    return (all(agrees(g, w, dtype) for g, w, _ in parts)
+            and not all(agrees(g, r, dtype) for g, _, r in parts))
+
+
+def _serving_matches(impl: harness.Cell, signature: ServingSignature) -> bool | None:
+    """Whether ``impl`` shows a serving-step ``signature`` (None: the call cannot be made here)."""
+    try:
+        found = signature.run(impl)
+    except Exception:  # noqa: BLE001 - a call that raises shows nothing here
+        return None
+    return None if found is None else _shows(*found, impl.dtype)
 
 
 def _outcomes(impl: harness.Cell, signature: Signature, case) -> tuple[tuple, tuple]:
@@ -86,7 +101,8 @@ def diagnose(backend) -> str | None:
     """One line naming ``backend``'s likely mistake, or None when no signature matches.
 
     Checked in this order: float64 offered (NUM-1, unless declared); a call on the plainest valid
-    case that raises; then :data:`SIGNATURES` in order, on the cases the backend's claims allow;
+    case that raises; then :data:`SIGNATURES` in order, on the cases the backend's claims allow,
+    and the serving step's (:data:`SERVING_SIGNATURES`: merge_states, paged_attention, write_pages);
     no keys (SHAPE-4); a mask against its -inf bias (:func:`mask_vs_bias`); the precision. A
     clause whose deviation the cell declares is never named."""
     impl = probe_cell(backend)
@@ -109,6 +125,11 @@ def diagnose(backend) -> str | None:
         if (signature.op in backend.capabilities and signature.needs - {signature.op} <= claims
                 and not declared and _matches(impl, signature)):
             return signature.says
+    for step in SERVING_SIGNATURES.values():
+        if (step.needs <= set(backend.capabilities)
+                and not set(clauses_of(step)) <= declared_in(impl, None)
+                and _serving_matches(impl, step)):
+            return step.says
     if op == "sdpa" and "SHAPE-4" not in declared_in(impl, "sdpa"):
         try:
             harness.run(impl, "sdpa", impl.case(NO_KEYS, "sdpa"))
@@ -122,8 +143,9 @@ def diagnose(backend) -> str | None:
     return precision(impl, op)
 
 
-def declared_in(impl: harness.Cell, op: str) -> set[str]:
-    """The clauses whose deviation ``impl``'s cell declares for ``op``: none of them is named."""
+def declared_in(impl: harness.Cell, op: str | None) -> set[str]:
+    """The clauses whose deviation ``impl``'s cell declares for ``op`` (None: for every operation):
+    none of them is named."""
     return set(harness.op_deviations(
         harness.cell_deviations(impl.backend, impl.device, impl.dtype), op))
 
@@ -161,7 +183,7 @@ def mask_vs_bias(impl: harness.Cell) -> str | None:
             f"the same mask as a -inf bias: the two forms must agree (MASK-11)")
 
 
-def clauses_of(signature: Signature) -> list[str]:
+def clauses_of(signature: Signature | ServingSignature) -> list[str]:
     """The clause ids a signature's line ends with: ``"... (MASK-1, SDPA-4)"``."""
     return re.findall(r"[A-Z]+-\d+", signature.says.rsplit("(", 1)[-1])
 

@@ -13,8 +13,6 @@ failure of every backend, never as a pass.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -22,6 +20,7 @@ from hypothesis import given, strategies as st
 from mhaspec.conformance import conditions, covering, harness, tolerance
 from mhaspec.conformance.expect import record_failure
 from mhaspec.conformance.judge import finite_max_abs
+from mhaspec.conformance.paged_cases import PagedCase, paged_case, tokens_to_write
 from mhaspec.conformance.strategies import CaseSpec, case_specs
 from mhaspec.backends import serving
 from mhaspec.spec import oracle_serving
@@ -32,97 +31,6 @@ SIZES = st.sampled_from(conditions.DIMENSIONS["page_size"])
 ORDERS = st.sampled_from(conditions.DIMENSIONS["pages"])
 UNUSED = st.sampled_from(conditions.DIMENSIONS["unused"])
 SPECS = case_specs(custom_scale=True)
-#: page size of each ``page_size`` value in units of the backend's ``page_size_unit`` u: u, one
-#: dividing every length (2u), one dividing none (3u)
-PAGE_SIZE = {"1": 1, "divides": 2, "does_not_divide": 3}
-
-
-class PagedCase(NamedTuple):
-    """A paged call's arrays (NumPy): q (T, h, d_k), k_pages (P, S, g, d_k), v_pages (P, S, g,
-    d_v), block_table (B, M), seq_lens (B,), query_start_loc (B + 1,), causal, scale."""
-
-    q: np.ndarray
-    k_pages: np.ndarray
-    v_pages: np.ndarray
-    block_table: np.ndarray
-    seq_lens: np.ndarray
-    query_start_loc: np.ndarray
-    causal: bool
-    scale: float | None
-
-
-def _length(rng, page_size: str, unit: int, shared: bool) -> int:
-    """An item's key count for condition ``page_size`` with page-size unit ``unit`` u (page size
-    2u: a multiple of it; 3u: no multiple; u: any count up to 8u)."""
-    size = PAGE_SIZE[page_size] * unit
-    if page_size == "divides":
-        n = size * int(rng.integers(1, 5))
-    elif page_size == "does_not_divide":
-        n = size * int(rng.integers(0, 3)) + int(rng.integers(1, size))
-    else:
-        n = int(rng.integers(1, 8 * unit + 1))
-    if shared and page_size == "does_not_divide":
-        return max(n, size + 1)
-    return max(n, size) if shared else n
-
-
-def paged_case(spec: CaseSpec, *, page_size: str, pages: str, unused: str, causal: bool,
-               gqa: bool, unit: int = 1) -> PagedCase:
-    """``spec``'s sizes and seed laid out in pages: ``pages`` "in_order", "shuffled" (page ids in
-    a random order) or "shared" (every item's first page is one page, holding a common prefix);
-    ``unused`` slots (past an item's length, spare pages, table entries past its pages) hold
-    zeros, "stale" keys of large magnitude, or NaN and inf ("nonfinite"); page sizes in units of
-    ``unit``."""
-    rng = np.random.default_rng([spec.seed, 34])
-    size, shared = PAGE_SIZE[page_size] * unit, pages == "shared"
-    b, h, d_k, d_v = max(1, spec.batch), spec.heads, spec.d_k, spec.d_v
-    g = h if not gqa or h == 1 else (h // 2 if h % 2 == 0 else 1)
-    lengths = np.array([_length(rng, page_size, unit, shared) for _ in range(b)])
-    queries = np.array([int(rng.integers(1, min(n, max(1, spec.len_q)) + 1)) for n in lengths])
-    counts = -(-lengths // size)  # pages per item
-    entries = int(counts.max()) + 1  # one table entry past every item's pages
-    keys = [rng.standard_normal((g, n, d_k)) * spec.logit_scale for n in lengths]
-    values = [rng.standard_normal((g, n, d_v)) for n in lengths]
-    if shared:  # the common prefix: item 0's first page of keys and values in every item
-        for i in range(1, b):
-            keys[i][:, :size], values[i][:, :size] = keys[0][:, :size], values[0][:, :size]
-    ids, table = 0, np.zeros((b, entries), np.int64)
-    for i in range(b):
-        for p in range(int(counts[i])):
-            if shared and p == 0 and i > 0:
-                table[i, 0] = table[0, 0]
-            else:
-                table[i, p], ids = ids, ids + 1
-    total = ids + 2  # two spare pages no item reaches
-    if pages == "shuffled":
-        order = rng.permutation(total)
-        table = np.where(table >= 0, order[table], table)
-        spare = order[total - 1]
-    else:
-        spare = total - 1
-    for i in range(b):
-        table[i, counts[i]:] = spare
-    k_pages = _filled(rng, (total, size, g, d_k), unused, 50.0 * spec.logit_scale)
-    v_pages = _filled(rng, (total, size, g, d_v), unused, 50.0)
-    for i in range(b):
-        for j in range(int(lengths[i])):
-            k_pages[table[i, j // size], j % size] = keys[i][:, j]
-            v_pages[table[i, j // size], j % size] = values[i][:, j]
-    starts = np.concatenate([[0], np.cumsum(queries)]).astype(np.int64)
-    q = rng.standard_normal((int(starts[-1]), h, d_k))
-    return PagedCase(q, k_pages, v_pages, table, lengths.astype(np.int64), starts, causal,
-                     spec.scale)
-
-
-def _filled(rng, shape, unused: str, stale: float) -> np.ndarray:
-    """A pool whose every slot holds what ``unused`` says (the valid slots are written after)."""
-    if unused == "zero":
-        return np.zeros(shape)
-    if unused == "stale":
-        return rng.standard_normal(shape) * stale
-    pool = np.full(shape, np.nan)
-    pool.reshape(-1)[::2] = np.inf
-    return pool
 
 
 def _call(cell, case: PagedCase) -> np.ndarray:
@@ -191,13 +99,7 @@ def test_writing_keys_changes_only_their_slots(cell, spec, page_size, unused):
     harness.note("sdpa", spec, page_size=page_size, unused=unused)
     case = paged_case(spec, page_size=page_size, pages="shuffled", unused=unused, causal=False,
                       gqa=False, unit=serving.page_size_unit_of(cell.backend))
-    rng = np.random.default_rng([spec.seed, 35])
-    slots_total = case.k_pages.shape[0] * case.k_pages.shape[1]
-    n = int(rng.integers(1, min(4, slots_total) + 1))
-    slots = rng.choice(slots_total, size=n, replace=False).astype(np.int64)
-    g = case.k_pages.shape[2]
-    k = rng.standard_normal((n, g, case.k_pages.shape[3]))
-    v = rng.standard_normal((n, g, case.v_pages.shape[3]))
+    k, v, slots = tokens_to_write(spec, case)
     arrays = [cell.arr(x) for x in (case.k_pages, case.v_pages, k, v)]
     before = [np.asarray(cell.backend.to_numpy(a), np.float64) for a in arrays]
     got = cell.call("write_pages", *arrays, cell.arr(slots))

@@ -197,7 +197,7 @@ def test_page_sizes_are_multiples_of_the_declared_unit(unit, pages):
     """PAGE-1's page sizes in units u of a backend's ``page_size_unit``: u, 2u dividing every
     length, 3u dividing none (shared pages: every item longer than the shared page)."""
     from mhaspec.conformance.strategies import CaseSpec
-    from mhaspec.conformance.test_page import paged_case
+    from mhaspec.conformance.paged_cases import paged_case
 
     for seed in range(20):
         spec = CaseSpec(batch=3, heads=2, len_q=4, len_k=6, d_k=4, d_v=3, seed=seed)
