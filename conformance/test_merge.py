@@ -88,11 +88,13 @@ def states_of(case, n: int, empty: str) -> Split:
     return Split(outputs, lses, kw)
 
 
-def _declared(cell, conventions: dict) -> None:
-    """Leave a call with a convention the backend does not declare (MERGE-3) out as not
-    implemented."""
+def _declared(cell, conventions: dict, sink: bool = False) -> None:
+    """Leave a call with a convention the backend does not declare (MERGE-3), or with sinks where
+    it does not claim "sink", out as not implemented."""
     declared = serving.conventions_of(cell.backend)
     missing = [f"{k}={v!r}" for k, v in conventions.items() if v not in declared[k]]
+    if sink and "sink" not in harness.op_capabilities(cell.backend, "sdpa"):
+        missing.append("sinks (capability 'sink' not claimed)")
     if missing:
         state = running()
         if state is not None:
@@ -144,14 +146,25 @@ def expect_merge(cell, case, got: tuple, expected, naive: list, *, clause: str, 
                 f"{verdict.describe()}\ncase: {case.spec!r}")
 
 
+def own_conventions(cell, **given: str | None) -> dict:
+    """The conventions of a merge call: those ``given``, and for each left None the first value
+    the backend declares (LSE-1's where it declares it: MERGE-1, 2 and 5 hold in any base)."""
+    declared = serving.conventions_of(cell.backend)
+    return {name: given.get(name) or values[0] for name, values in declared.items()}
+
+
 def check_merge(cell, spec: CaseSpec, clause: str, *, states: int, empty: str,
-                lse_base: str = "e", empty_lse: str = "-inf", lse_layout: str = "batch",
-                sink: bool = False, regroup: int = 0) -> None:
+                lse_base: str | None = None, empty_lse: str | None = None,
+                lse_layout: str | None = None, sink: bool = False, regroup: int = 0) -> None:
     """Split ``spec``'s keys into ``states`` states (``empty`` of them emptied), merge them by the
-    backend in the conventions given (with a sink: MERGE-4) and judge the result. ``regroup``
-    m > 0: merge the first m states first and that merge with the others (MERGE-2)."""
-    conventions = {"lse_base": lse_base, "empty_lse": empty_lse, "lse_layout": lse_layout}
-    _declared(cell, conventions)
+    backend in the conventions given (None: its own, :func:`own_conventions`; with a sink:
+    MERGE-4) and judge the result. ``regroup`` m > 0: merge the first m states first and that
+    merge with the others (MERGE-2)."""
+    conventions = own_conventions(cell, lse_base=lse_base, empty_lse=empty_lse,
+                                  lse_layout=lse_layout)
+    lse_base, empty_lse, lse_layout = (conventions[k] for k in ("lse_base", "empty_lse",
+                                                                "lse_layout"))
+    _declared(cell, conventions, sink)
     case = cell.case(spec, "sdpa")
     harness.note("sdpa", case.spec, states=str(states), empty_state=empty, lse_base=lse_base,
                  empty_lse=empty_lse, lse_layout=lse_layout, sink="sink" if sink else "none")
@@ -229,23 +242,28 @@ def test_chunked_prefill_merged_equals_the_cache_call(cell, spec):
                       lse=True, causal="bottom_right")
     for part in (prefix, new):
         assert part.lse is not None, f"[MERGE-5] {cell.id}: no lse returned with lse=True"
+    conventions = own_conventions(cell)  # the backend's own lse, converted as MERGE-3 says
+    lses = [oracle_serving.from_natural(part.lse, **conventions) for part in (prefix, new)]
     got = _merge(cell, [np.array(prefix.out), np.array(new.out)],  # own copies of the results
-                 [np.array(prefix.lse), np.array(new.lse)], {})
+                 lses, conventions)
     kw = {"scale": case.spec.scale, "past_key": case.k[:, :, :past],
           "past_value": case.v[:, :, :past], "causal": "bottom_right"}
     expected = oracle.attention_result(case.q, case.k[:, :, past:], case.v[:, :, past:], **kw)
     # NUM-3's naive run of the same computation: both states and their merge in the dtype (a merge
     # rounds exp(lse_m - lse), an error that grows with |lse| and one pass over the union lacks)
-    naive = [oracle_serving.merge_states(*zip(*[
-        (s.output, s.lse) for s in (
-            oracle.attention_result(case.q, case.k[:, :, :past], case.v[:, :, :past],
-                                    scale=case.spec.scale, precision=p),
-            oracle.attention_result(case.q, case.k[:, :, past:], case.v[:, :, past:],
-                                    scale=case.spec.scale, causal="bottom_right", precision=p))]),
-        precision=p) for p in tolerance.naive_precisions(cell.dtype)]
+    naive = []
+    for p in tolerance.naive_precisions(cell.dtype):
+        parts = [oracle.attention_result(case.q, case.k[:, :, :past], case.v[:, :, :past],
+                                         scale=case.spec.scale, precision=p),
+                 oracle.attention_result(case.q, case.k[:, :, past:], case.v[:, :, past:],
+                                         scale=case.spec.scale, causal="bottom_right",
+                                         precision=p)]
+        naive.append(oracle_serving.merge_states(
+            [s.output for s in parts], [oracle_serving.from_natural(s.lse, **conventions)
+                                        for s in parts], precision=p, **conventions))
     expect_merge(cell, case, got, expected, naive, clause="MERGE-5",
                  context=f" of a cached prefix of {past} key(s) and {case.q.shape[2]} new "
-                         f"token(s)", conventions={})
+                         f"token(s), {conventions}", conventions=conventions)
 
 
 @pytest.mark.clause("MERGE-6")
