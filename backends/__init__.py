@@ -22,6 +22,7 @@ from typing import Any, Iterable, NamedTuple
 from ._base import (ALL_DTYPES, CAPABILITIES, FEATURE_ARGUMENTS, OPTIONAL_CAPABILITIES,
                     PROTOCOL_VERSION, AttentionOutputs, Backend, MHAParams, native_byte_order)
 from ._generic import Algorithm
+from .optional import install_line
 
 __all__ = ["ALL_DTYPES", "CAPABILITIES", "FEATURE_ARGUMENTS", "OPTIONAL_CAPABILITIES",
            "PROTOCOL_VERSION", "Algorithm", "AttentionOutputs", "Backend", "MHAParams",
@@ -134,8 +135,6 @@ def _import_from_here(module_name: str, *, local: bool):
 def _import_hint(exc: ImportError, module_name: str) -> str:
     """What to do about a failed import: the extra that installs a missing framework, or where a
     ``module:attr`` module is looked for."""
-    from .optional import install_line
-
     missing = getattr(exc, "name", None)
     if missing and install_line(missing):
         return f" ({install_line(missing)})"
