@@ -11,7 +11,7 @@ calls:
 * ``_sdpa(q, k, v, masks, features) -> AttentionOutputs`` and
 * ``_mha(query, key, value, params, num_heads, masks, features, num_kv_heads) -> AttentionOutputs``
 
-(``features``: the validated :class:`~._validate_features.Features`, empty for a 1.1 call). By default
+(``features``: the validated :class:`~.feature_checks.Features`, empty for a 1.1 call). By default
 they fold the features into the masks (the public :meth:`~ArrayBackend.fold_features`, which the
 backward passes use too), lay out a KV cache, and run the :mod:`.algorithms` object chosen at
 construction through ``_attention`` / ``_multi_head``: the one function per operation that the
@@ -23,9 +23,9 @@ and the kernel and calls only ``ops``.
 
 from __future__ import annotations
 
-from . import _validate, algorithms, autodiff_vjp, calls, serving
+from . import algorithms, arg_checks, autodiff_vjp, calls, serving
 from ._base import CAPABILITIES, AttentionOutputs, Backend, MHAParams
-from ._validate_features import Features
+from .feature_checks import Features
 from .algorithms import LEGACY_MASK_VALUE, Algorithm, Cache  # noqa: F401  (re-exported)
 from .calls import MaskArgs, MHACall  # noqa: F401  (re-exported)
 from .primitives import check_ops
@@ -78,12 +78,12 @@ class ArrayBackend(Backend):
     # -- the four operations (validated) ---------------------------------------------------------
     def split_heads(self, x, num_heads: int):
         op = "split_heads"
-        num_heads = _validate.check_heads(op, calls.arg(self, op, "x", x), num_heads)
+        num_heads = arg_checks.check_heads(op, calls.arg(self, op, "x", x), num_heads)
         return self._algorithm.split(self.ops, x, num_heads)
 
     def combine_heads(self, x):
         op = "combine_heads"
-        _validate.check_heads(op, calls.arg(self, op, "x", x))
+        arg_checks.check_heads(op, calls.arg(self, op, "x", x))
         return self._algorithm.combine(self.ops, x)
 
     def scaled_dot_product_attention(self, q, k, v, *, mask=None, bias=None, legacy_mask=None,
@@ -101,9 +101,9 @@ class ArrayBackend(Backend):
         op = "scaled_dot_product_attention"
         masks, feats, dims = calls.sdpa_call(self, op, q, k, v, mask, bias, legacy_mask,
                                              key_padding_mask, causal, scale, features)
-        _validate.check_cotangents(op, dims, calls.arg(self, op, "d_output", d_output),
-                                   calls.arg(self, op, "d_lse", d_lse), self.ops.shape(q)[1],
-                                   bias_grad=bias_grad, bias=bias, backend=self)
+        arg_checks.check_cotangents(op, dims, calls.arg(self, op, "d_output", d_output),
+                                    calls.arg(self, op, "d_lse", d_lse), self.ops.shape(q)[1],
+                                    bias_grad=bias_grad, bias=bias, backend=self)
         return self._attention_vjp(q, k, v, d_output, d_lse, masks, feats, bool(bias_grad))
 
     def _attention_vjp(self, q, k, v, d_output, d_lse, masks: MaskArgs, feats: Features,

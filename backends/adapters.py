@@ -61,8 +61,8 @@ import copy
 from . import autodiff_vjp
 from ._base import AttentionOutputs, MHAParams
 from ._generic import ArrayBackend
-from ._validate import REJECTION_CLAUSES
-from ._validate_features import Features
+from .arg_checks import REJECTION_CLAUSES
+from .feature_checks import Features
 from .algorithms import ALGORITHMS, Algorithm
 from .calls import LEFT_TO_LIBRARY, MaskArgs
 from .jax_backend import JaxBackend

@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _features, sink_key
+from . import feature_plan, sink_key
 
 #: MASK-3: the legacy float mask is added to the logits times this.
 LEGACY_MASK_VALUE = -1e9
@@ -169,8 +169,8 @@ class AttentionAlgorithm:
         ``alibi`` bias set, L_K = L_past + L_k; ``index``: the present-cache index (B, L_K) as
         NumPy (CACHE-1), None without a cache or with a full one. ``like``: an input of the call
         (device, dtype, batch size)."""
-        plan = _features.plan(feats, batch=ops.shape(like)[0], len_q=len_q, len_k=len_k,
-                              causal=masks.causal)
+        plan = feature_plan.plan(feats, batch=ops.shape(like)[0], len_q=len_q, len_k=len_k,
+                                 causal=masks.causal)
         allowed = self.combine_masks(ops, len_q, feats.len_past + len_k, like, masks.mask,
                                      masks.key_padding_mask, plan.causal)
         if plan.allowed is not None:

@@ -1,5 +1,5 @@
 """A call of an array backend or adapter, validated: its arguments checked (chapter ERR, through
-:mod:`._validate`) and gathered into the values the computation takes.
+:mod:`.arg_checks`) and gathered into the values the computation takes.
 
 Axis legend: B batch, L_q / L_k lengths, h heads, g key/value heads, d_k / d_v per-head widths.
 
@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _validate, _validate_features
+from . import arg_checks, feature_checks
 from ._base import MHAParams
-from ._validate import Arg
-from ._validate_features import Features, KVGeometry
+from .arg_checks import Arg
+from .feature_checks import Features, KVGeometry
 
 #: clause -> (the argument an adapter may pass to its library unchecked, the capability that
 #: needs; ``library_validates``): the clauses whose checks are that one argument's own
@@ -70,22 +70,22 @@ def arg(backend, op: str, name: str, x) -> Arg | None:
     """``x`` as validation sees it; None stays None. Not an array: ValueError naming it."""
     if x is None:
         return None
-    _validate.require_array(op, name, x)
+    arg_checks.require_array(op, name, x)
     return Arg(name, backend.ops.shape(x), backend.ops.dtype_name(x))
 
 
 def sdpa_call(backend, op, q, k, v, mask, bias, legacy_mask, key_padding_mask, causal, scale,
-              features) -> tuple[MaskArgs, Features, _validate.Dims]:
+              features) -> tuple[MaskArgs, Features, arg_checks.Dims]:
     """Validate an attention call (``scaled_dot_product_attention`` and ``attention_vjp``); q
     (B, h, L_q, d_k), k (B, g, L_k, d_k), v (B, g, L_k, d_v)."""
     qa, ka, va = arg(backend, op, "q", q), arg(backend, op, "k", k), arg(backend, op, "v", v)
-    dims = _validate.sdpa_dims(qa, ka, va, gqa="gqa" in backend.capabilities,
-                               grouping="k" not in left_to_library(backend))
+    dims = arg_checks.sdpa_dims(qa, ka, va, gqa="gqa" in backend.capabilities,
+                                grouping="k" not in left_to_library(backend))
     kv = KVGeometry(dims.batch, ka.shape[1], dims.d_k, dims.d_v, f"k with shape {ka.shape}",
                     f"v with shape {va.shape}")
     feats = _features(backend, op, dims, features, qa.dtype, kv, causal)
-    _validate.check_masks(op, dims, qa.dtype, causal=causal, len_past=feats.len_past,
-                          **_mask_args(backend, op, mask, bias, legacy_mask, key_padding_mask))
+    arg_checks.check_masks(op, dims, qa.dtype, causal=causal, len_past=feats.len_past,
+                           **_mask_args(backend, op, mask, bias, legacy_mask, key_padding_mask))
     masks = MaskArgs(mask, bias, legacy_mask, key_padding_mask, causal,
                      _scale(backend, op, scale, dims.d_k))
     return masks, feats, dims
@@ -101,18 +101,18 @@ def mha_call(backend, query, key, value, params, num_heads, mask, bias, legacy_m
         raise NotImplementedError(f"{backend.name}: grouped-query attention (num_kv_heads) is not "
                                   f"supported")
     query_arg = arg(backend, op, "query", query)
-    dims = _validate.mha_dims(
+    dims = arg_checks.mha_dims(
         query_arg, arg(backend, op, "key", key), arg(backend, op, "value", value),
         {n: arg(backend, op, n, p) for n, p in params._asdict().items()}, num_heads=num_heads,
         num_kv_heads=num_kv_heads)
-    g = dims.heads if num_kv_heads is None else _validate.as_int(num_kv_heads)
+    g = dims.heads if num_kv_heads is None else arg_checks.as_int(num_kv_heads)
     projected = (dims.batch, g, dims.len_k)
     kv = KVGeometry(dims.batch, g, dims.d_k, dims.d_v,
                     f"the projected keys (B, g, L_k, d_k) = {(*projected, dims.d_k)}",
                     f"the projected values (B, g, L_k, d_v) = {(*projected, dims.d_v)}")
     feats = _features(backend, op, dims, features or {}, query_arg.dtype, kv, causal)
-    _validate.check_masks(op, dims, query_arg.dtype, causal=causal, len_past=feats.len_past,
-                          **_mask_args(backend, op, mask, bias, legacy_mask, key_padding_mask))
+    arg_checks.check_masks(op, dims, query_arg.dtype, causal=causal, len_past=feats.len_past,
+                           **_mask_args(backend, op, mask, bias, legacy_mask, key_padding_mask))
     masks = MaskArgs(mask, bias, legacy_mask, key_padding_mask, causal,
                      _scale(backend, op, scale, dims.d_k))
     return MHACall(params, dims.heads, masks, None if num_kv_heads is None else g, feats)
@@ -130,17 +130,17 @@ def _scale(backend, op: str, scale, d_k: int):
     validated (ERR-10) as a float, or the default 1/sqrt(d_k) (SDPA-2)."""
     if scale is not None and "scale" in left_to_library(backend):
         return scale
-    _validate.check_scale(op, scale)
-    return 1.0 / float(np.sqrt(d_k)) if scale is None else _validate.as_real(scale)
+    arg_checks.check_scale(op, scale)
+    return 1.0 / float(np.sqrt(d_k)) if scale is None else arg_checks.as_real(scale)
 
 
 def _features(backend, op: str, dims, features: dict, dtype: str, kv: KVGeometry,
               causal) -> Features:
-    """The spec 1.2 keyword arguments of a call, validated (``_validate_features.check_features``), but
+    """The spec 1.2 keyword arguments of a call, validated (``feature_checks.check_features``), but
     those ``library_validates`` leaves to the library: they pass as given."""
     left = {a: features[a] for a in left_to_library(backend) if features.get(a) is not None}
     checked = {n: x for n, x in features.items() if n not in left}
-    return _validate_features.check_features(
+    return feature_checks.check_features(
         op, dims, checked, dtype=dtype, kv=kv, causal=causal, backend=backend,
         describe=lambda name, x: arg(backend, op, name, x))._replace(**left)
 
@@ -149,6 +149,6 @@ def checked_params(op: str, params) -> MHAParams:
     """``params`` as :class:`MHAParams`: a sequence of the four weights and up to four biases."""
     if isinstance(params, (str, bytes)) or not isinstance(params, (tuple, list)) \
             or not 4 <= len(params) <= len(MHAParams._fields):
-        _validate.fail(op, f"argument 'params' must be MHAParams(w_q, w_k, w_v, w_o[, b_q, b_k, "
-                           f"b_v, b_o]), got {type(params).__name__}")
+        arg_checks.fail(op, f"argument 'params' must be MHAParams(w_q, w_k, w_v, w_o[, b_q, b_k, "
+                            f"b_v, b_o]), got {type(params).__name__}")
     return MHAParams(*params)

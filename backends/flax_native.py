@@ -3,7 +3,7 @@
 Axis legend: B batch, L_q / L_k lengths, h query heads, g key/value heads, d_model query width,
 k_dim key/value width, d_k per-head width, d_out output width.
 
-Inputs are validated with :mod:`._validate` (through :class:`~.jax_backend.JaxBackend`'s entry
+Inputs are validated with :mod:`.arg_checks` (through :class:`~.jax_backend.JaxBackend`'s entry
 points) before anything reaches Flax. One module per call, built with ``num_heads = h``,
 ``in_features = d_model``, ``qkv_features = h*d_k``, ``out_features = d_out``, ``in_kv_features =
 k_dim``, ``num_kv_heads = g`` (GQA, MHA-6), ``dtype`` and ``param_dtype`` the inputs' dtype,

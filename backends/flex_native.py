@@ -3,7 +3,7 @@
 
 Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 
-Inputs are validated with :mod:`._validate` (through :class:`~.torch_backend.TorchBackend`'s entry
+Inputs are validated with :mod:`.arg_checks` (through :class:`~.torch_backend.TorchBackend`'s entry
 points) before anything reaches torch. FlexAttention takes the spec's layout ``(B, h, L, d)`` with
 ``d_v != d_k`` and a ``scale``; everything else is expressed through its two callbacks:
 

@@ -4,7 +4,7 @@
 Axis legend: B batch, L_q / L_k lengths, h heads, d_model hidden size, d_k per-head width,
 d_out output width.
 
-Inputs are validated with :mod:`._validate` (through :class:`~.torch_backend.TorchBackend`'s entry
+Inputs are validated with :mod:`.arg_checks` (through :class:`~.torch_backend.TorchBackend`'s entry
 points) before anything reaches Transformers. One module per call, built from a small config
 (nothing is downloaded): ``BertConfig(hidden_size=d_model, num_attention_heads=h,
 attention_probs_dropout_prob=0)`` with ``config._attn_implementation`` set to the implementation,

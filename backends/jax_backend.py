@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _jax_compile_budget as jax_budget
+from . import jax_compile_budget as jax_budget
 from ._base import CAPABILITIES
 from ._generic import Algorithm, ArrayBackend, MaskArgs
 from .optional import jax_module, jnp_module

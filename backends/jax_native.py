@@ -41,7 +41,7 @@ whatever the input dtype, so float64 results have float32 accuracy (declared aga
 
 from __future__ import annotations
 
-from . import _jax_compile_budget, masks
+from . import jax_compile_budget, masks
 from .adapters import JaxAdapter, MaskArgs
 from .optional import jax_module, jnp_module
 
@@ -157,7 +157,7 @@ class JitJaxDPA(JaxDPA):
         if self._jitted is None:
             self._jitted = jax_module().jit(self._native_sdpa_static,
                                       static_argnames=("causal", "scale", "window"))
-        _jax_compile_budget.tick(jax_module())
+        jax_compile_budget.tick(jax_module())
         jnp = jnp_module()
         full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
         arrays = m._replace(causal=None, scale=None,

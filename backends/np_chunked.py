@@ -37,7 +37,7 @@ import numpy as np
 from . import np_chunked_vjp, positions as positions_
 from ._base import CAPABILITIES
 from ._generic import MaskArgs
-from ._validate_features import Features
+from .feature_checks import Features
 from .algorithms import Batched
 from .np_backend import NumpyBackend
 from .np_blockwise import (BLOCK_ELEMENTS, BLOCK_K, Alibi, BlockMask, Blocks,  # noqa: F401

@@ -8,7 +8,7 @@ so every backend computes the structural mask (segments AND causal AND window AN
 SEG-3, WIN-1, CHUNK-1, CACHE-2) and the ALiBi bias (ALIBI-1) here in NumPy and moves the result to
 its device.
 The blockwise forms (``rows``, ``cols``) let a chunked kernel build one block at a time without
-forming the (L_q, L_K) matrix. Arguments are validated by the caller (``_validate``).
+forming the (L_q, L_K) matrix. Arguments are validated by the caller (``arg_checks``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import _validate
+from . import arg_checks
 from ._base import ALL_DTYPES as FLOAT_DTYPES
 
 OP = "merge_states"
@@ -99,48 +99,48 @@ def check_call(ops, outputs, lses, sinks, conventions: Mapping[str, str]) -> tup
     """MERGE-6: the call's arrays as lists, or ValueError naming the argument."""
     for name, value in conventions.items():
         if value not in MERGE_CONVENTIONS[name]:
-            _validate.fail(OP, f"argument '{name}' must be one of {MERGE_CONVENTIONS[name]}, "
-                               f"got {value!r}")
+            arg_checks.fail(OP, f"argument '{name}' must be one of {MERGE_CONVENTIONS[name]}, "
+                                f"got {value!r}")
     outputs, lses = _sequence("outputs", outputs), _sequence("lses", lses)
     if len(lses) != len(outputs):
-        _validate.fail(OP, f"argument 'lses' must hold one lse per output ({len(outputs)}), "
-                           f"got {len(lses)}")
+        arg_checks.fail(OP, f"argument 'lses' must hold one lse per output ({len(outputs)}), "
+                            f"got {len(lses)}")
     shape, dtype = _described(ops, "outputs", outputs[0])
     if len(shape) != 4:
-        _validate.fail(OP, f"argument 'outputs' must hold rank-4 (B, h, L_q, d_v) arrays, got "
-                           f"shape {shape}")
+        arg_checks.fail(OP, f"argument 'outputs' must hold rank-4 (B, h, L_q, d_v) arrays, got "
+                            f"shape {shape}")
     b, h, l_q, _ = shape
     want = (h, b * l_q) if conventions["lse_layout"] == "tokens" else (b, h, l_q)
     for name, arrays, expected in (("outputs", outputs, shape), ("lses", lses, want)):
         for m, x in enumerate(arrays):
             got, kind = _described(ops, name, x)
             if got != expected:
-                _validate.fail(OP, f"argument '{name}' [{m}] must have shape {expected} "
-                                   f"(lse_layout={conventions['lse_layout']!r} for outputs "
-                                   f"{shape}), got {got}")
+                arg_checks.fail(OP, f"argument '{name}' [{m}] must have shape {expected} "
+                                    f"(lse_layout={conventions['lse_layout']!r} for outputs "
+                                    f"{shape}), got {got}")
             if kind != dtype:
-                _validate.fail(OP, f"argument '{name}' [{m}] must have the dtype of outputs[0] "
-                                   f"({dtype}), got {kind}")
+                arg_checks.fail(OP, f"argument '{name}' [{m}] must have the dtype of outputs[0] "
+                                    f"({dtype}), got {kind}")
     if dtype not in FLOAT_DTYPES:
-        _validate.fail(OP, f"argument 'outputs' must be floating point, got {dtype}")
+        arg_checks.fail(OP, f"argument 'outputs' must be floating point, got {dtype}")
     if sinks is not None:
         got, kind = _described(ops, "sinks", sinks)
         if got != (h,):
-            _validate.fail(OP, f"argument 'sinks' must have shape (h,) = ({h},), got {got}")
+            arg_checks.fail(OP, f"argument 'sinks' must have shape (h,) = ({h},), got {got}")
     return outputs, lses
 
 
 def _sequence(name: str, value) -> list:
     """``value`` as a non-empty list of arrays, or ValueError naming ``name``."""
     if hasattr(value, "shape") or not isinstance(value, (list, tuple)) or not value:
-        _validate.fail(OP, f"argument '{name}' must be a non-empty list or tuple of arrays, got "
-                           f"{type(value).__name__}")
+        arg_checks.fail(OP, f"argument '{name}' must be a non-empty list or tuple of arrays, got "
+                            f"{type(value).__name__}")
     return list(value)
 
 
 def _described(ops, name: str, x) -> tuple[tuple[int, ...], str]:
     """(shape, dtype name) of an array argument, or ValueError naming it."""
-    _validate.require_array(OP, name, x)
+    arg_checks.require_array(OP, name, x)
     return tuple(ops.shape(x)), ops.dtype_name(x)
 
 
@@ -233,13 +233,13 @@ def _flat(backend, pages):
 
 def _ints(backend, op: str, name: str, x, shape: tuple | None = None) -> np.ndarray:
     """An integer array argument as NumPy, or ValueError naming it."""
-    _validate.require_array(op, name, x)
+    arg_checks.require_array(op, name, x)
     kind = backend.ops.dtype_name(x)
     if not kind.startswith(("int", "uint")):
-        _validate.fail(op, f"argument '{name}' must be an integer array, got {kind}")
+        arg_checks.fail(op, f"argument '{name}' must be an integer array, got {kind}")
     got = np.asarray(backend.to_numpy(x)).astype(np.int64)
     if shape is not None and got.shape != shape:
-        _validate.fail(op, f"argument '{name}' must have shape {shape}, got {got.shape}")
+        arg_checks.fail(op, f"argument '{name}' must have shape {shape}, got {got.shape}")
     return got
 
 
@@ -247,22 +247,22 @@ def _pages(backend, op: str, k_pages, v_pages) -> tuple[int, int, int, str]:
     """(P, S, g, dtype) of valid key and value pages, or ValueError naming the argument."""
     shapes = {}
     for name, x in (("k_pages", k_pages), ("v_pages", v_pages)):
-        _validate.require_array(op, name, x)
+        arg_checks.require_array(op, name, x)
         shapes[name] = tuple(backend.ops.shape(x))
         if len(shapes[name]) != 4:
-            _validate.fail(op, f"argument '{name}' must have rank 4 (P, S, g, d), got shape "
-                               f"{shapes[name]}")
+            arg_checks.fail(op, f"argument '{name}' must have rank 4 (P, S, g, d), got shape "
+                                f"{shapes[name]}")
     (p, s, g, _), (pv, sv, gv, _) = shapes["k_pages"], shapes["v_pages"]
     if sv != s:
-        _validate.fail(op, f"argument 'v_pages' must have the page size of k_pages ({s}), got "
-                           f"{sv} (page size mismatch)")
+        arg_checks.fail(op, f"argument 'v_pages' must have the page size of k_pages ({s}), got "
+                            f"{sv} (page size mismatch)")
     if (pv, gv) != (p, g):
-        _validate.fail(op, f"argument 'v_pages' must have k_pages' pages and heads {(p, g)}, got "
-                           f"{(pv, gv)}")
+        arg_checks.fail(op, f"argument 'v_pages' must have k_pages' pages and heads {(p, g)}, got "
+                            f"{(pv, gv)}")
     dtype = backend.ops.dtype_name(k_pages)
     if dtype not in FLOAT_DTYPES or backend.ops.dtype_name(v_pages) != dtype:
-        _validate.fail(op, f"argument 'v_pages' must have k_pages' floating dtype ({dtype}), got "
-                           f"{backend.ops.dtype_name(v_pages)}")
+        arg_checks.fail(op, f"argument 'v_pages' must have k_pages' floating dtype ({dtype}), got "
+                            f"{backend.ops.dtype_name(v_pages)}")
     return p, s, g, dtype
 
 
@@ -271,32 +271,33 @@ def check_paged(backend, q, k_pages, v_pages, block_table, seq_lens, query_start
     argument."""
     op = PAGE_OP
     p, s, g, dtype = _pages(backend, op, k_pages, v_pages)
-    _validate.require_array(op, "q", q)
+    arg_checks.require_array(op, "q", q)
     shape = tuple(backend.ops.shape(q))
     if len(shape) != 3 or shape[2] != backend.ops.shape(k_pages)[3] or shape[1] % g:
-        _validate.fail(op, f"argument 'q' must be (T, h, d_k) with d_k = {backend.ops.shape(k_pages)[3]} "
-                           f"and h a multiple of g = {g}, got shape {shape}")
+        arg_checks.fail(op, f"argument 'q' must be (T, h, d_k) with d_k = "
+                            f"{backend.ops.shape(k_pages)[3]} and h a multiple of g = {g}, got "
+                            f"shape {shape}")
     if backend.ops.dtype_name(q) != dtype:
-        _validate.fail(op, f"argument 'q' must have the pages' dtype ({dtype}), got "
-                           f"{backend.ops.dtype_name(q)}")
+        arg_checks.fail(op, f"argument 'q' must have the pages' dtype ({dtype}), got "
+                            f"{backend.ops.dtype_name(q)}")
     table = _ints(backend, op, "block_table", block_table)
     if table.ndim != 2:
-        _validate.fail(op, f"argument 'block_table' must be (B, M), got shape {table.shape}")
+        arg_checks.fail(op, f"argument 'block_table' must be (B, M), got shape {table.shape}")
     if table.size and (table.min() < 0 or table.max() >= p):
-        _validate.fail(op, f"argument 'block_table' holds a page outside [0, {p}): "
+        arg_checks.fail(op, f"argument 'block_table' holds a page outside [0, {p}): "
                            f"{int(table.min())}..{int(table.max())}")
     batch, entries = table.shape
     lengths = _ints(backend, op, "seq_lens", seq_lens, (batch,))
     if lengths.size and (lengths.min() < 0 or lengths.max() > entries * s):
-        _validate.fail(op, f"argument 'seq_lens' must lie in [0, M * S] = [0, {entries * s}] "
-                           f"(the table's pages), got {lengths.tolist()}")
+        arg_checks.fail(op, f"argument 'seq_lens' must lie in [0, M * S] = [0, {entries * s}] "
+                            f"(the table's pages), got {lengths.tolist()}")
     starts = _ints(backend, op, "query_start_loc", query_start_loc, (batch + 1,))
     counts = np.diff(starts)
     if starts[0] != 0 or starts[-1] != shape[0] or np.any(counts < 0) or np.any(counts > lengths):
-        _validate.fail(op, f"argument 'query_start_loc' must rise from 0 to T = {shape[0]} with "
-                           f"at most seq_lens[b] queries per item, got {starts.tolist()}")
+        arg_checks.fail(op, f"argument 'query_start_loc' must rise from 0 to T = {shape[0]} with "
+                            f"at most seq_lens[b] queries per item, got {starts.tolist()}")
     if not isinstance(causal, bool):
-        _validate.fail(op, f"argument 'causal' must be True or False, got {causal!r}")
+        arg_checks.fail(op, f"argument 'causal' must be True or False, got {causal!r}")
     return table, lengths, starts
 
 
@@ -305,18 +306,18 @@ def check_write(backend, k_pages, v_pages, k, v, slot_mapping) -> np.ndarray:
     op = WRITE_OP
     p, s, g, dtype = _pages(backend, op, k_pages, v_pages)
     for name, x, pages in (("k", k, k_pages), ("v", v, v_pages)):
-        _validate.require_array(op, name, x)
+        arg_checks.require_array(op, name, x)
         want = (g, backend.ops.shape(pages)[3])
         got = tuple(backend.ops.shape(x))
         if len(got) != 3 or got[1:] != want or backend.ops.dtype_name(x) != dtype:
-            _validate.fail(op, f"argument '{name}' must be (N, g, d) = (N, {want[0]}, {want[1]}) "
-                               f"of dtype {dtype}, got shape {got}, {backend.ops.dtype_name(x)}")
+            arg_checks.fail(op, f"argument '{name}' must be (N, g, d) = (N, {want[0]}, {want[1]}) "
+                                f"of dtype {dtype}, got shape {got}, {backend.ops.dtype_name(x)}")
     n = backend.ops.shape(k)[0]
     if backend.ops.shape(v)[0] != n:
-        _validate.fail(op, f"argument 'v' must hold k's {n} tokens, got {backend.ops.shape(v)[0]}")
+        arg_checks.fail(op, f"argument 'v' must hold k's {n} tokens, got {backend.ops.shape(v)[0]}")
     slots = _ints(backend, op, "slot_mapping", slot_mapping, (n,))
     if slots.size and (slots.min() < 0 or slots.max() >= p * s or len(set(slots.tolist())) < n):
-        _validate.fail(op, f"argument 'slot_mapping' must hold distinct slots in [0, P * S) = "
+        arg_checks.fail(op, f"argument 'slot_mapping' must hold distinct slots in [0, P * S) = "
                            f"[0, {p * s}), got {slots.tolist()}")
     return slots
 

@@ -12,9 +12,9 @@ Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 
 from __future__ import annotations
 
-from ._validate import (CAUSAL_VALUES, FLOAT_DTYPES, REJECTION_CLAUSES, Arg, Dims, check_heads,
-                        check_mha, check_sdpa, require_array)
-from ._validate_features import Features
+from .arg_checks import (CAUSAL_VALUES, FLOAT_DTYPES, REJECTION_CLAUSES, Arg, Dims,
+                         check_heads, check_mha, check_sdpa, require_array)
+from .feature_checks import Features
 from .calls import MHAParams, checked_params
 
 __all__ = ["Arg", "Dims", "CAUSAL_VALUES", "FLOAT_DTYPES", "Features", "REJECTION_CLAUSES", "arg",

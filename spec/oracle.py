@@ -294,7 +294,7 @@ def multi_head_attention(query, key, value, params: Params, *, num_heads: int, m
         q_i = _project(query, p.w_q, p.b_q, q_cols, ar)[:, None]
         k_i = _project(key, p.w_k, p.b_k, k_cols, ar)[:, None]
         v_i = _project(value, p.w_v, p.b_v, v_cols, ar)[:, None]
-        head_masks = {name: _head_slice(m, i)
+        head_masks = {name: head_slice(m, i)
                       for name, m in (("mask", mask), ("bias", bias), ("legacy_mask", legacy_mask))}
         out_i, w_i = attention(q_i, k_i, v_i, key_padding_mask=key_padding_mask, causal=causal,
                                scale=scale, precision=precision, info=info, **head_masks)
@@ -307,7 +307,7 @@ def multi_head_attention(query, key, value, params: Params, *, num_heads: int, m
     return out, np.stack(weights, axis=1)
 
 
-def _head_slice(m, i: int):
+def head_slice(m, i: int):
     """The part of a mask/bias broadcastable to (B, h, L_q, L_k) that applies to head i, keeping a
     size-1 head axis: (..., h or 1, L_q, L_k) -> (B or 1, 1, L_q or 1, L_k or 1)."""
     if m is None:

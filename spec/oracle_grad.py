@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from .oracle import LEGACY_MASK_VALUE, Params, _head_slice, allowed_mask, rounding
+from .oracle import LEGACY_MASK_VALUE, Params, allowed_mask, head_slice, rounding
 
 GRAD_NAMES = ("query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o")
 
@@ -59,7 +59,7 @@ def _additive(term, bi: int, head: int, full_head: tuple[int, int], dt) -> np.nd
     """Batch item ``bi``, head ``head`` of a bias-like term broadcastable to (B, h, L_q, L_k)."""
     if term is None:
         return 0.0
-    t = _head_slice(np.asarray(term, dtype=dt), head)
+    t = head_slice(np.asarray(term, dtype=dt), head)
     return np.broadcast_to(t[bi if t.shape[0] > 1 else 0, 0], full_head)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from mhaspec.backends import _jax_compile_budget as budget  # noqa: E402
+from mhaspec.backends import jax_compile_budget as budget  # noqa: E402
 from mhaspec.backends.jax_backend import JIT  # noqa: E402
 
 pytestmark = pytest.mark.skipif(budget.map_count() is None or budget.map_limit() is None,

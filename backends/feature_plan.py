@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import positions
-from ._validate_features import Features
+from .feature_checks import Features
 
 
 class Plan(NamedTuple):

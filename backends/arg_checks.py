@@ -3,7 +3,7 @@
 Works on shapes and dtype names only, so it is framework-neutral: each backend describes its arrays
 as :class:`Arg` and calls :func:`check_sdpa` / :func:`check_mha` before computing anything. The
 spec 1.2 keyword arguments (soft-cap, window, ALiBi, segments, a cache, sinks, lse) are checked by
-:mod:`._validate_features`.
+:mod:`.feature_checks`.
 
 Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths.
 """

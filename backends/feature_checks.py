@@ -1,7 +1,7 @@
 """Validation of the spec 1.2 keyword arguments of both attention operations (chapters GQA to
 LSE, SINK-4, CHUNK-2): soft-cap, window, chunk, alignment, ALiBi slopes, segment ids and sequence
 lengths, a KV cache, sinks and lse, checked and normalised into :class:`Features`
-(:func:`check_features`). The shapes of q, k, v and the masks are :mod:`._validate`'s.
+(:func:`check_features`). The shapes of q, k, v and the masks are :mod:`.arg_checks`'s.
 
 Axis legend: B batch, L_q / L_k lengths, h heads, d_k / d_v per-head widths, g key/value heads,
 L_past cached keys, L_K = L_past + L_k (L_k without a cache).
@@ -16,7 +16,7 @@ import numpy as np
 
 from . import positions
 from ._base import FEATURE_ARGUMENTS
-from ._validate import CAUSAL_VALUES, FLOAT_DTYPES, Arg, Dims, as_int, as_real, check_rank, fail
+from .arg_checks import CAUSAL_VALUES, FLOAT_DTYPES, Arg, Dims, as_int, as_real, check_rank, fail
 from .positions import Positions
 
 
