@@ -118,7 +118,7 @@ def test_verify_accepts_the_certificate_and_its_markdown(work, certified):
 
 
 def test_the_certificate_is_of_the_current_spec(certified):
-    """Certified against the current version (1.4, a draft), labelled "(draft)" only while the
+    """Certified against the current version (1.4, released), labelled "(draft)" only while the
     current version is a draft."""
     from mhaspec.spec import load
 

@@ -60,12 +60,12 @@ def test_metadata(cff):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert cff["cff-version"] == "1.2.0"
     assert cff["authors"] == [{"name": "mhaspec developers"}]
-    assert str(cff["version"]) == mhaspec.__version__ == "1.3.0"
+    assert str(cff["version"]) == mhaspec.__version__ == "1.4.0"
     assert "version" in project["dynamic"]  # read from mhaspec.__version__
     assert cff["license"] == project["license"] == "Apache-2.0"
-    assert cff["date-released"] in (datetime.date(2026, 12, 1), "2026-12-01")
+    assert cff["date-released"] in (datetime.date(2026, 12, 3), "2026-12-03")
     assert cff["title"].startswith("mhaspec")
-    assert "mhaspec 1.3, clause MASK-3" in cff["message"]
+    assert "mhaspec 1.4, clause MASK-3" in cff["message"]
 
 
 def test_references_vaswani(cff):

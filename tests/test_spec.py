@@ -82,11 +82,11 @@ def test_a_draft_says_so_in_its_heading_and_a_released_version_does_not():
     assert "draft" not in "\n".join(released)
 
 
-def test_the_current_version_is_the_1_4_draft_after_the_1_3_release():
-    """1.4 is the draft being written; 1.3 is the latest release, frozen."""
+def test_the_current_version_is_the_1_4_release():
+    """1.4 is released (every in-repo backend conforms to it) and frozen: the latest release."""
     spec = load()
-    assert (spec.version, spec.status) == ("1.4", "draft")
-    assert max(FROZEN, key=lambda v: tuple(map(int, v.split(".")))) == "1.3"
+    assert (spec.version, spec.status) == ("1.4", "released")
+    assert max(FROZEN, key=lambda v: tuple(map(int, v.split(".")))) == "1.4"
 
 
 def test_new_and_changed_clauses_are_marked_in_the_rendering():
@@ -151,7 +151,8 @@ def test_the_decisions_frameworks_disagree_on_are_clauses():
 FROZEN = {"1.0": "ec86283ee2ebe6f4721524c5798fcfc4a6b315ce11892a26d602ac45fa2ac33a",
           "1.1": "a34fda1483db99abfd192b2d1d3975f94527738bde3bd1266bfb4007174820fd",
           "1.2": "5fd7ac07e782a6451774424771c136b50fd4c8b525087f5e69a6d93b3eab55d4",
-          "1.3": "18d1048c610e86a625017b23c5b20bb8757f6e1772c781ed9ce89c905585eed2"}
+          "1.3": "18d1048c610e86a625017b23c5b20bb8757f6e1772c781ed9ce89c905585eed2",
+          "1.4": "b7ee896a76ae171737c54e500261db9d359bc4bbb7142aec028d9f9c6f989981"}
 
 
 @pytest.mark.parametrize("version", sorted(FROZEN))

@@ -13,7 +13,7 @@ installed metadata can only disagree with it when an editable install predates a
 """
 
 #: The suite's version (pyproject.toml's ``[tool.setuptools.dynamic]`` reads it from here).
-__version__ = "1.3.0"
+__version__ = "1.4.0"
 
 
 def installed_version() -> str | None:
