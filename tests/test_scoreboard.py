@@ -39,7 +39,8 @@ def test_rows_follow_the_certificate(one_certificate):
     (row,) = board.rows
     chapters = board.chapters
     assert row.name == "torch-sdpa-math" and row.library == "torch 2.13.0+cpu"
-    assert row.verdict == "conforms" and board.label == "1.3" and board.superseded == []
+    version = json.loads(SDPA_MATH.read_text("utf-8"))["spec"]["version"]  # 1.4 since its reissue
+    assert row.verdict == "conforms" and board.label == version and board.superseded == []
     assert row.cells["MASK"][0] == "deviation"  # MASK-13 declared, confirmed
     assert any(n.startswith("MASK-13: ") for n in row.cells["MASK"][1])
     assert row.cells["HEAD"][0] == "not-implemented"
@@ -78,7 +79,8 @@ def test_a_certificate_of_a_draft_since_released_is_listed_not_gridded(one_certi
     certs, page, image = one_certificate
     shutil.copy(DRAFT, certs)
     board = scoreboard.read_rows(certs)
-    assert [r.name for r in board.rows] == ["torch-sdpa-math"] and board.label == "1.3"
+    version = json.loads(SDPA_MATH.read_text("utf-8"))["spec"]["version"]
+    assert [r.name for r in board.rows] == ["torch-sdpa-math"] and board.label == version
     assert [(s.name, s.label, s.markdown) for s in board.superseded] == [
         ("ort-attention", "1.2 (draft)", "ort-attention.md")]
     assert cli.main(["scoreboard", "--certificates", str(certs), "--page", str(page),
@@ -108,8 +110,9 @@ def test_the_command_writes_the_grid_linked_to_certificates_and_the_image(one_ce
     assert "### Core chapters" in text and "### Optional chapters" in text
     # the picture leads the section, with its title, and opens full size
     first = text.split(scoreboard.START)[1].lstrip().splitlines()[0]
-    assert first.startswith("[![mhaspec 1.3 conformance scoreboard: profile ci, CPU, certificates "
-                            "issued 20") and "](assets/board.svg)](assets/board.svg " in first
+    version = json.loads(SDPA_MATH.read_text("utf-8"))["spec"]["version"]
+    assert first.startswith(f"[![mhaspec {version} conformance scoreboard: profile ci, CPU, "
+                            "certificates issued 20") and "](assets/board.svg)](assets/board.svg " in first
     svg = image.read_text("utf-8")
     assert svg.startswith("<?xml") and "<svg" in svg
 
