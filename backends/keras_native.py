@@ -59,6 +59,14 @@ def keras_module():
     return keras
 
 
+#: the projections' bias with a width of 1 (keras 3.15.1, a library-only reproduction in
+#: docs/ecosystem.md): EinsumDense("abc,cde->abde", bias_axes="de") adds a bias (h, 1) to an output
+#: (B, L, h, 1) along the tokens, not the heads, when L = h
+_EINSUM_BIAS = ("a projection with per-head width 1 and a bias adds the bias along the tokens, not "
+                "the heads, when a sequence has as many tokens as there are heads (Keras's "
+                "EinsumDense with bias_axes 'de' and output (B, L, h, 1), L = h)")
+
+
 class KerasMHA(TensorFlowAdapter):
     """``keras.layers.MultiHeadAttention`` (TensorFlow backend) behind the spec's MHA."""
 
@@ -69,7 +77,16 @@ class KerasMHA(TensorFlowAdapter):
         "NUM-1": "float64 is not supported: the scale 1/sqrt(d_k) is rounded to float32 (ops.cast "
                  "of a Python float goes through a float32 tensor), ~3e-8 relative logit error, "
                  "so float64 is not claimed",
+        **{clause: _EINSUM_BIAS for clause in ("PARAM-1", "MHA-1", "MHA-2", "MHA-3", "MHA-4")},
     }
+
+    def deviations_on(self, device: str, dtype: str) -> dict[str, str]:
+        """The width-1 bias (:data:`_EINSUM_BIAS`) shows in float32 and float16; in bfloat16 its
+        error (about 0.2 on the suite's cases) lies within NUM-3's allowance, so the suite sees
+        it there as a pass."""
+        if dtype != "bfloat16":
+            return dict(self.deviations)
+        return {c: r for c, r in self.deviations.items() if r is not _EINSUM_BIAS}
 
     conventions = {
         "argument-order": ("MHA-4", "the layer is called as (query, value, key): value before key; "

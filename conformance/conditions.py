@@ -378,8 +378,12 @@ SPACES.update({
 # = 1 a library that drops or transposes the width axis adds it wrongly while every wider case
 # passes, and with no biases nothing shows. So the cases of PARAM-1 and MHA-1..4 cover both
 # widths, both with and without biases, and the pair (MHA-5 is one fixed example; MHA-6's grouped
-# heads run the sizes of its rows only, conformance/test_gqa.py).
-DIMENSIONS.update({"head_widths": ("d_k=d_v=1", "wider"), "projection_bias": ("none", "with")})
+# heads run the sizes of its rows only, conformance/test_gqa.py). A width of 1 with as many heads
+# as a sequence has tokens is a value of its own: a projection output (B, L, h, 1) whose bias
+# (h, 1) a library places by axis size lands on the tokens when L = h (Keras's EinsumDense, found
+# by a held-out check); h is then the longer length (at least 2).
+DIMENSIONS.update({"head_widths": ("d_k=d_v=1", "d_k=d_v=1,h=L", "wider"),
+                   "projection_bias": ("none", "with")})
 for _clause in ("PARAM-1", "MHA-1", "MHA-2", "MHA-3", "MHA-4"):
     SPACES[_clause] = SPACES[_clause]._replace(
         dimensions=SPACES[_clause].dimensions + ("head_widths", "projection_bias"))

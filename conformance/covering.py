@@ -135,7 +135,7 @@ def _feature_fields(row: Mapping[str, str], shape) -> dict:
     if "width" in row:
         kw["d_k"] = 1 if row["width"] == "1" else max(2, shape.d_k)
     if "head_widths" in row:
-        one = row["head_widths"] == "d_k=d_v=1"
+        one = row["head_widths"] != "wider"
         kw.update(d_k=1 if one else max(2, shape.d_k), d_v=1 if one else max(2, shape.d_v))
     if "projection_bias" in row:
         kw["use_bias"] = row["projection_bias"] == "with"
@@ -196,6 +196,8 @@ def row_spec(clause: str, row: Mapping[str, str], *, shape=None, seed: int = 0,
     Raises ValueError when none of :data:`SEED_TRIES` seeds does (a declaration no case meets)."""
     space = SPACES[clause]
     shape = space.shape(shape or _shape_for(row.get("lengths", "L_q=L_k"), past=_past(space)))
+    if row.get("head_widths") == "d_k=d_v=1,h=L":  # as many heads as the longer length has tokens
+        shape = shape._replace(heads=max(2, shape.len_q, shape.len_k))
     base = CaseSpec(**{**shape._asdict(), "self_attention": False, **fixed_fields(space, shape),
                        **rest, **_fields(row, shape)})
     if base.self_attention:  # one array for query, key and value: its widths

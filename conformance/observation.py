@@ -77,8 +77,17 @@ def _sizes(spec: CaseSpec) -> dict[str, str]:
     g, h = features.kv_heads(spec), spec.heads
     return {"zero": zero, "heads": "1" if h == 1 else ">1", "width": "1" if spec.d_k == 1 else ">1",
             "group": "g=h" if g == h else "g=1" if g == 1 else "1<g<h",
-            "head_widths": "d_k=d_v=1" if spec.d_k == spec.d_v == 1 else "wider",
+            "head_widths": _head_widths(spec),
             "projection_bias": "with" if spec.use_bias else "none"}
+
+
+def _head_widths(spec: CaseSpec) -> str:
+    """PARAM-1's width value: "wider", or d_k = d_v = 1 with or without as many heads (at least 2)
+    as one of the lengths."""
+    if not spec.d_k == spec.d_v == 1:
+        return "wider"
+    return "d_k=d_v=1,h=L" if spec.heads >= 2 and spec.heads in (spec.len_q, spec.len_k) \
+        else "d_k=d_v=1"
 
 
 def _features(spec: CaseSpec) -> dict[str, str]:
