@@ -102,8 +102,9 @@ def _paged_case(cell) -> PagedCase:
                          v_pages=_rounded(cell, case.v_pages))
 
 
-def _paged(cell, changed: dict) -> tuple:
-    """(backend, oracle with ``changed`` arguments, oracle) outputs on the paged case."""
+def _paged(cell, changed: Callable[[PagedCase], dict]) -> tuple:
+    """(backend, oracle with the arguments ``changed(case)`` replaced, oracle) outputs on the
+    paged case."""
     case = _paged_case(cell)
     got = cell.call("paged_attention", *(cell.arr(x) for x in case[:6]), causal=case.causal,
                     scale=case.scale)
