@@ -61,6 +61,7 @@ import copy
 from . import autodiff_vjp
 from ._base import AttentionOutputs, MHAParams
 from ._generic import ArrayBackend
+from .computation import Computation
 from .arg_checks import REJECTION_CLAUSES
 from .feature_checks import Features
 from .algorithms import ALGORITHMS, Algorithm
@@ -103,7 +104,7 @@ class NativeAdapter:
     def __init__(self, name: str):
         # the op computes; the projections around it and the masks are PROJECTIONS'
         self.name = name
-        self._algorithm = PROJECTIONS
+        self.computation = NativeComputation(self)
         # the op's own backward: the framework's autodiff through it (NumPy has none: the
         # NotImplementedError of a backend without "grad")
         self.backward = autodiff_vjp.attention_vjp
@@ -198,6 +199,7 @@ class NativeAdapter:
         other = copy.copy(self)
         other.name = f"{self.name}[untranslated {key}]"
         other.translated = self.translated - {key}
+        other.computation = NativeComputation(other)
         other.reset()
         return other
 
@@ -234,42 +236,52 @@ class NativeAdapter:
         generic path (features folded into ``masks``, then :meth:`mha`)."""
         return NotImplemented
 
-    # -- the framework backend's hooks, routed to the methods above ----------------------------
-    def _sdpa(self, q, k, v, masks: MaskArgs, feats: Features) -> AttentionOutputs:
-        """A feature call through :meth:`attention_features` when it answers, else the generic
-        path (features folded into ``masks``, then :meth:`attention`)."""
+
+class NativeComputation(Computation):
+    """The computation of a native adapter (``adapter.computation``): the library's op where the
+    spec's algorithm would run, the spec's projections (:data:`PROJECTIONS`) around it. A
+    feature call goes to ``attention_features`` / ``mha_features`` when they answer, else its
+    features are folded into the masks (the generic path) before ``attention`` / ``mha``."""
+
+    def __init__(self, adapter: NativeAdapter):
+        super().__init__(adapter.ops, PROJECTIONS)
+        self.adapter = adapter
+
+    def sdpa(self, q, k, v, masks: MaskArgs, feats: Features) -> AttentionOutputs:
         if feats.in_use:
             # the cap has one value wherever the adapter reads it: masks.softcap as in attention()
-            native = self.attention_features(q, k, v, masks._replace(softcap=feats.softcap), feats)
+            native = self.adapter.attention_features(q, k, v, masks._replace(softcap=feats.softcap),
+                                                     feats)
             if native is not NotImplemented:
                 return native if isinstance(native, AttentionOutputs) else AttentionOutputs(*native)
-        return super()._sdpa(q, k, v, masks, feats)
+        return super().sdpa(q, k, v, masks, feats)
 
-    def _mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
-             feats: Features, num_kv_heads: int | None = None) -> AttentionOutputs:
-        """A feature call through :meth:`mha_features` when it answers, else the generic path."""
-        if "mha" not in self.capabilities:
-            self.unsupported("multi-head attention")
+    def mha(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
+            feats: Features, num_kv_heads: int | None = None) -> AttentionOutputs:
+        if "mha" not in self.adapter.capabilities:
+            self.adapter.unsupported("multi-head attention")
         if feats.in_use:
-            native = self.mha_features(query, key, value, p, num_heads,
-                                       masks._replace(softcap=feats.softcap), feats, num_kv_heads)
+            native = self.adapter.mha_features(query, key, value, p, num_heads,
+                                               masks._replace(softcap=feats.softcap), feats,
+                                               num_kv_heads)
             if native is not NotImplemented:
                 return native
-        return super()._mha(query, key, value, p, num_heads, masks, feats, num_kv_heads)
+        return super().mha(query, key, value, p, num_heads, masks, feats, num_kv_heads)
 
-    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
+    def attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
         if lse:
-            return tuple(self.attention_with_lse(q, k, v, masks))
-        return (*self.attention(q, k, v, masks), None)
+            return tuple(self.adapter.attention_with_lse(q, k, v, masks))
+        return (*self.adapter.attention(q, k, v, masks), None)
 
-    def _multi_head(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
-                    num_kv_heads: int | None = None, lse: bool = False, cache=None):
-        """:meth:`mha` (GRAD differentiates it too: a module's own, or the spec's projections
-        around :meth:`attention`)."""
+    def multi_head(self, query, key, value, p: MHAParams, num_heads: int, masks: MaskArgs,
+                   num_kv_heads: int | None = None, lse: bool = False, cache=None):
+        """The adapter's ``mha`` (GRAD differentiates it too: a module's own, or the spec's
+        projections around ``attention``)."""
         if lse or cache is not None:
-            self.unsupported("the log-sum-exp or a KV cache without their own mapping")
+            self.adapter.unsupported("the log-sum-exp or a KV cache without their own mapping")
         grouping = {} if num_kv_heads is None else {"num_kv_heads": num_kv_heads}
-        return (*self.mha(query, key, value, p, num_heads, masks, **grouping), None, None, None)
+        return (*self.adapter.mha(query, key, value, p, num_heads, masks, **grouping), None, None,
+                None)
 
 
 class NumpyAdapter(NativeAdapter, NumpyBackend):

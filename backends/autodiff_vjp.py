@@ -9,8 +9,8 @@ cotangent ``[d_output | d_lse]``; without ``d_lse`` the forward pass returns the
 lse is not asked for, so an op without one, a native adapter's, is differentiated too). The
 primals are q, k, v and, where the call has them, the past cache, the sinks and (``bias_grad``)
 the bias; everything else (masks, positions, ALiBi, the scale and the cap) is a constant of the
-forward function. The forward pass is the backend's own :meth:`ArrayBackend._sdpa` (one hook per
-operation; a native adapter's op), so the gradient is that of what it computes.
+forward function. The forward pass is the backend's own computation (``backend.computation.sdpa``;
+a native adapter's op), so the gradient is that of what it computes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bool) -> dict:
     """Gradients of a validated call (``masks``: ``MaskArgs``, ``feats``: ``Features``) by
-    ``backend._vjp``: ``{"q", "k", "v"[, "past_key", "past_value"][, "sinks"][, "bias"]}``."""
+    :func:`vjp`: ``{"q", "k", "v"[, "past_key", "past_value"][, "sinks"][, "bias"]}``."""
     primals = {"q": q, "k": k, "v": v}
     if feats.cached:
         primals.update(past_key=feats.past_key, past_value=feats.past_value)
@@ -32,8 +32,8 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
     def forward(x):
         f = feats._replace(lse=with_lse, past_key=x.get("past_key"),
                            past_value=x.get("past_value"), sinks=x.get("sinks"))
-        res = backend._sdpa(x["q"], x["k"], x["v"], masks._replace(bias=x.get("bias", masks.bias)),
-                            f)
+        res = backend.computation.sdpa(x["q"], x["k"], x["v"],
+                                       masks._replace(bias=x.get("bias", masks.bias)), f)
         if not with_lse:
             return res.output
         ops = backend.ops
@@ -42,4 +42,13 @@ def attention_vjp(backend, q, k, v, d_output, d_lse, masks, feats, bias_grad: bo
     ops = backend.ops
     cotangent = (ops.concat([d_output, ops.reshape(d_lse, (b, h, len_q, 1))], axis=-1)
                  if with_lse else d_output)
-    return dict(backend._vjp(forward, primals, cotangent))
+    return vjp(backend, forward, primals, cotangent)
+
+
+def vjp(backend, fn, primals: dict, cotangent) -> dict:
+    """``{name: d sum(fn(primals) * cotangent) / d primals[name]}`` by ``backend.ops.vjp`` (the
+    framework's autodiff); ``NotImplementedError`` for a backend whose ops have none."""
+    if not callable(getattr(backend.ops, "vjp", None)):
+        raise NotImplementedError(f"{backend.name}: no automatic differentiation (capability "
+                                  f"'grad')")
+    return dict(backend.ops.vjp(fn, primals, cotangent))

@@ -10,6 +10,7 @@ import numpy as np
 from . import jax_compile_budget as jax_budget
 from ._base import CAPABILITIES
 from ._generic import Algorithm, ArrayBackend, MaskArgs
+from .computation import Computation
 from .optional import jax_module, jnp_module
 from .primitives import Ops
 
@@ -131,42 +132,51 @@ class JaxBackend(ArrayBackend):
         platform = next(iter(x.devices())).platform
         return "cuda" if platform in ("gpu", "cuda") else platform
 
-class JitJaxBackend(JaxBackend):
-    """An algorithm (by default the batched one, MHA-2) compiled with ``jax.jit``, one function
-    per operation (``_attention``, ``_multi_head``). Masks are passed in canonical full form
+class JitComputation(Computation):
+    """The computation with :meth:`attention` and :meth:`multi_head` compiled by ``jax.jit``, one
+    function each. Masks are passed in canonical full form
     (:meth:`.algorithms.AttentionAlgorithm.canonical_masks`), so each shape and dtype compiles
-    once; the
-    :class:`MaskArgs` travel as one pytree, ``num_heads``, ``num_kv_heads`` and ``lse`` are
-    static. Spec 1.2 calls compile once per shape and feature set: the structural mask and ALiBi
-    are in the canonical mask and bias, the soft-cap is traced and a KV cache travels as a
+    once; the :class:`MaskArgs` travel as one pytree, ``num_heads``, ``num_kv_heads`` and ``lse``
+    are static. Spec 1.2 calls compile once per shape and feature set: the structural mask and
+    ALiBi are in the canonical mask and bias, the soft-cap is traced and a KV cache travels as a
     pytree."""
 
-    def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "jax-jit"):
-        super().__init__(algorithm, name=name)
+    def __init__(self, ops, algorithm):
+        super().__init__(ops, algorithm)
         self._compiled: dict[str, object] = {}
 
     def _compile(self, key: str, fn, static: tuple[str, ...]):
-        """``fn`` under ``jax.jit`` with ``static`` arguments, made once per key."""
+        """``fn`` under ``jax.jit`` with ``static`` arguments, made once per key (JAX is imported
+        at the first call, not when the backend is built)."""
         if key not in self._compiled:
             self._compiled[key] = jax_module().jit(fn, static_argnames=static)
         jax_budget.tick(jax_module())
         return self._compiled[key]
 
-    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
+    def attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
         full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
-        return self._compile("attention", super()._attention, ("lse",))(
-            q, k, v, self.algorithm_object.canonical_masks(self.ops, q, full, masks), lse=lse)
+        return self._compile("attention", super().attention, ("lse",))(
+            q, k, v, self.algorithm.canonical_masks(self.ops, q, full, masks), lse=lse)
 
-    def _multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
-                    lse=False, cache=None):
+    def multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
+                   lse=False, cache=None):
         shape = self.ops.shape
         len_all = shape(key)[1] + (0 if cache is None else shape(cache.past_key)[2])
-        full = (self.ops.shape(query)[0], num_heads, self.ops.shape(query)[1], len_all)
-        return self._compile("mha", super()._multi_head, ("num_heads", "num_kv_heads", "lse"))(
+        full = (shape(query)[0], num_heads, shape(query)[1], len_all)
+        return self._compile("mha", super().multi_head, ("num_heads", "num_kv_heads", "lse"))(
             query, key, value, p, num_heads=num_heads,
-            masks=self.algorithm_object.canonical_masks(self.ops, query, full, masks),
-            num_kv_heads=num_kv_heads, lse=lse,
-            cache=cache)
+            masks=self.algorithm.canonical_masks(self.ops, query, full, masks),
+            num_kv_heads=num_kv_heads, lse=lse, cache=cache)
+
+
+class JitJaxBackend(JaxBackend):
+    """An algorithm (by default the batched one, MHA-2) compiled with ``jax.jit``
+    (:class:`JitComputation`)."""
+
+    computation_type = JitComputation
+
+    def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "jax-jit"):
+        super().__init__(algorithm, name=name)
 
 
 PER_HEAD = JaxBackend(Algorithm.PER_HEAD)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ._base import CAPABILITIES
 from ._generic import Algorithm, ArrayBackend, MaskArgs
+from .computation import Computation
 from .optional import tf_module
 from .primitives import Ops
 
@@ -130,54 +131,62 @@ class TensorFlowBackend(ArrayBackend):
     def device_of(self, x) -> str:
         return "cuda" if "GPU" in x.device.upper() else "cpu"
 
-class FunctionTensorFlowBackend(TensorFlowBackend):
-    """An algorithm (by default the batched one, MHA-2) compiled with ``tf.function``, one function
-    per operation (``_attention``, ``_multi_head``). Masks are
-    passed in canonical full form (:meth:`.algorithms.AttentionAlgorithm.canonical_masks`) and
-    the scale as a
-    tensor, so each shape and dtype is traced once; spec 1.2 calls once per shape and feature set
-    (structural mask and ALiBi in the canonical mask and bias, the soft-cap a tensor, ``lse`` a
-    Python bool, a KV cache a tuple of tensors)."""
+class FunctionComputation(Computation):
+    """The computation with :meth:`attention` and :meth:`multi_head` compiled by ``tf.function``,
+    one function each. Masks are passed in canonical full form
+    (:meth:`.algorithms.AttentionAlgorithm.canonical_masks`) and the scale as a tensor, so each
+    shape and dtype is traced once; spec 1.2 calls once per shape and feature set (structural
+    mask and ALiBi in the canonical mask and bias, the soft-cap a tensor, ``lse`` a Python bool,
+    a KV cache a tuple of tensors)."""
 
-    def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "tf-function"):
-        super().__init__(algorithm, name=name)
+    def __init__(self, ops, algorithm):
+        super().__init__(ops, algorithm)
         self._compiled: dict[str, object] = {}
 
     def _compile(self, key, fn):
         """``fn`` as a ``tf.function``, made once per key, without autograph: the algorithms'
         Python control flow depends on shapes only, so tracing runs it as written, and nothing
         re-reads the source file (autograph converts a function from its source text on disk: a
-        ``_generic.py`` edited while a suite ran made it convert the text then at another method's
-        old lines and fail with "takes from 4 to 5 positional arguments but 8 were
-        given")."""
+        module edited while a suite ran made it convert the text then at another method's old
+        lines and fail with "takes from 4 to 5 positional arguments but 8 were given")."""
         if key not in self._compiled:
             self._compiled[key] = tf_module().function(fn, autograph=False)
         return self._compiled[key]
 
     def _canonical(self, like, full, masks: MaskArgs) -> MaskArgs:
         """Canonical masks, and the scale and soft-cap as tensors (no retrace per value); the
-        soft-cap in float32 for float16/bfloat16 (:meth:`_soft_cap` works in float32 there)."""
+        soft-cap in float32 for float16/bfloat16 (the soft-cap works in float32 there)."""
         tf = tf_module()
-        masks = self.algorithm_object.canonical_masks(self.ops, like, full, masks)
+        masks = self.algorithm.canonical_masks(self.ops, like, full, masks)
         cap_dtype = tf.float32 if like.dtype in (tf.float16, tf.bfloat16) else like.dtype
         softcap = None if masks.softcap is None else tf.convert_to_tensor(masks.softcap,
                                                                           dtype=cap_dtype)
         return masks._replace(scale=tf.convert_to_tensor(masks.scale, dtype=like.dtype),
                               softcap=softcap)
 
-    def _attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
+    def attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
         full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
-        return self._compile("attention", super()._attention)(
+        return self._compile("attention", super().attention)(
             q, k, v, self._canonical(q, full, masks), lse)
 
-    def _multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
-                    lse=False, cache=None):
+    def multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
+                   lse=False, cache=None):
         shape = self.ops.shape
         len_all = shape(key)[1] + (0 if cache is None else shape(cache.past_key)[2])
-        full = (self.ops.shape(query)[0], num_heads, self.ops.shape(query)[1], len_all)
-        return self._compile("mha", super()._multi_head)(
+        full = (shape(query)[0], num_heads, shape(query)[1], len_all)
+        return self._compile("mha", super().multi_head)(
             query, key, value, p, num_heads, self._canonical(query, full, masks), num_kv_heads,
             lse, cache)
+
+
+class FunctionTensorFlowBackend(TensorFlowBackend):
+    """An algorithm (by default the batched one, MHA-2) compiled with ``tf.function``
+    (:class:`FunctionComputation`)."""
+
+    computation_type = FunctionComputation
+
+    def __init__(self, algorithm: Algorithm = Algorithm.BATCHED, *, name: str = "tf-function"):
+        super().__init__(algorithm, name=name)
 
 
 PER_HEAD = TensorFlowBackend(Algorithm.PER_HEAD)
