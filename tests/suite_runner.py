@@ -24,3 +24,15 @@ def run_suite(tmp_path: pathlib.Path, refs: list[str], *extra: str) -> list[dict
         cwd=tmp_path, env=env, timeout=1800)
     assert run.results, f"suite did not finish:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     return run.results
+
+
+def outcomes_by_clause(results: list[dict], backend: str,
+                       device: str | None = None) -> dict[str, set[str]]:
+    """clause -> the outcomes of ``backend``'s tests of that clause in ``results`` (on ``device``
+    only, when given)."""
+    by_clause: dict[str, set[str]] = {}
+    for r in results:
+        if r["backend"] == backend and device in (None, r["device"]):
+            for clause in r["clauses"]:
+                by_clause.setdefault(clause, set()).add(r["outcome"])
+    return by_clause

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import broken_backends
-from suite_runner import run_suite
+from suite_runner import outcomes_by_clause, run_suite
 
 #: backend name -> the reference the run loads it from; the oracle-backed reference backend
 #: (tests/oracle_backend.py) claims every capability but grad, so every clause of spec 1.2 runs
@@ -45,19 +45,10 @@ def results(tmp_path_factory) -> list[dict]:
     return run_suite(tmp_path_factory.mktemp("suite"), refs, "-k", selection())
 
 
-def _outcomes(results, backend: str) -> dict[str, set[str]]:
-    by_clause: dict[str, set[str]] = {}
-    for r in results:
-        if r["backend"] == backend:
-            for c in r["clauses"]:
-                by_clause.setdefault(c, set()).add(r["outcome"])
-    return by_clause
-
-
 @pytest.mark.parametrize("attr", sorted(broken_backends.EXPECTED))
 def test_broken_backend_is_rejected_with_the_right_clause(results, attr):
     name, clauses = broken_backends.EXPECTED[attr]
-    outcomes = _outcomes(results, name)
+    outcomes = outcomes_by_clause(results, name)
     assert outcomes, f"{name} was not run"
     failed = {c for c, o in outcomes.items() if "fail" in o}
     assert failed & clauses, f"{name} should fail one of {sorted(clauses)}; failed {sorted(failed)}"
@@ -68,7 +59,7 @@ def test_broken_backend_is_rejected_with_the_right_clause(results, attr):
 
 @pytest.mark.parametrize("name", CLEAN)
 def test_clean_backend_passes_every_clause(results, name):
-    outcomes = _outcomes(results, name)
+    outcomes = outcomes_by_clause(results, name)
     bad = {c: o for c, o in outcomes.items() if o - _expected_outcomes(c)}
     assert not bad, f"{name} should pass every clause, got {bad}"
     from mhaspec.spec import load
@@ -79,7 +70,7 @@ def test_clean_backend_passes_every_clause(results, name):
 
 
 def test_declared_deviation_that_does_not_deviate_is_reported_stale(results):
-    outcomes = _outcomes(results, "stale-deviation")
+    outcomes = outcomes_by_clause(results, "stale-deviation")
     assert outcomes["MASK-9"] == {"stale-deviation"}
     assert all(o <= _expected_outcomes(c) for c, o in outcomes.items() if c != "MASK-9")
 

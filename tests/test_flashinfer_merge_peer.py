@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from flashinfer_merge import SENTINEL, merge_state, merge_states
-from suite_runner import run_suite
+from suite_runner import outcomes_by_clause, run_suite
 
 REFS = {"fixed": "flashinfer_merge:FIXED", "before": "flashinfer_merge:BEFORE_4401"}
 
@@ -56,27 +56,18 @@ def results(tmp_path_factory) -> list[dict]:
     return run_suite(tmp_path_factory.mktemp("flashinfer"), list(REFS.values()), "-k", "test_merge")
 
 
-def _outcomes(results, backend: str) -> dict[str, set[str]]:
-    by_clause: dict[str, set[str]] = {}
-    for r in results:
-        if r["backend"] == backend:
-            for c in r["clauses"]:
-                by_clause.setdefault(c, set()).add(r["outcome"])
-    return by_clause
-
-
 def test_a_base_2_merge_conforms_on_every_merge_clause_in_its_declared_base(results):
     """MERGE-1, 2, 3, 5 and 6 pass in base 2; MERGE-4 is not implemented (FlashInfer's merges
     take no sinks and the backend does not claim "sink"). Before MERGE-1, 2 and 5 used the
     backend's declared conventions, MERGE-1 and 2 were not implemented and MERGE-5 failed."""
-    outcomes = _outcomes(results, "flashinfer-merge")
+    outcomes = outcomes_by_clause(results, "flashinfer-merge")
     for clause in ("MERGE-1", "MERGE-2", "MERGE-3", "MERGE-5", "MERGE-6"):
         assert outcomes.get(clause) == {"pass"}, (clause, outcomes)
     assert "pass" not in outcomes["MERGE-4"] and "fail" not in outcomes["MERGE-4"], outcomes
 
 
 def test_flashinfers_merge_before_pr_4401_fails_merge_2(results):
-    outcomes = _outcomes(results, "flashinfer-merge-before-4401")
+    outcomes = outcomes_by_clause(results, "flashinfer-merge-before-4401")
     assert "fail" in outcomes["MERGE-2"], outcomes
     assert outcomes["MERGE-3"] == {"pass"} and outcomes["MERGE-5"] == {"pass"}, outcomes
     messages = [r.get("message", "") for r in results

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite_runner import run_suite
+from suite_runner import outcomes_by_clause, run_suite
 
 
 def _cuda_torch() -> None:
@@ -34,23 +34,14 @@ TESTS = ("cuda and (float32_is_computed_in_float32 or results_are_within_the_tol
          "or attention_equals_softmax_of_scaled_logits_times_v)")
 
 
-def _outcomes(results: list[dict], backend: str) -> dict[str, set[str]]:
-    by_clause: dict[str, set[str]] = {}
-    for r in results:
-        if r["backend"] == backend and r["device"] == "cuda":
-            for clause in r["clauses"]:
-                by_clause.setdefault(clause, set()).add(r["outcome"])
-    return by_clause
-
-
 @pytest.mark.parametrize("framework", sorted(CASES))
 def test_tf32_float32_is_rejected_on_cuda_and_the_clean_backend_passes(tmp_path, framework):
     require_gpu, clean, broken_ref, broken = CASES[framework]
     require_gpu()
     results = run_suite(tmp_path, [clean, broken_ref], "--mhaspec-dtypes", "float32", "-k", TESTS)
-    clean_outcomes = _outcomes(results, clean)
+    clean_outcomes = outcomes_by_clause(results, clean, "cuda")
     assert clean_outcomes, f"{clean} ran no test on cuda"
     bad = {c: o for c, o in clean_outcomes.items() if o - {"pass", "deviation", "not-implemented"}}
     assert not bad, f"{clean} on cuda float32 should pass, got {bad}"
-    failed = {c for c, o in _outcomes(results, broken).items() if "fail" in o}
+    failed = {c for c, o in outcomes_by_clause(results, broken, "cuda").items() if "fail" in o}
     assert "NUM-2" in failed, f"{broken} (float32 in TF32) should fail NUM-2; failed {sorted(failed)}"
