@@ -1,5 +1,5 @@
 """backends.positions (the structural masks every backend builds in NumPy) against the oracle's own
-definition (spec/oracle.py: token_positions, cache_positions, structural_allowed, alibi_bias)."""
+definition (spec/oracle_positions.py: token_positions, cache_positions, structural_allowed, alibi_bias)."""
 
 import numpy as np
 import pytest
