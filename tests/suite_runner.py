@@ -10,17 +10,19 @@ from mhaspec import runner
 HERE = pathlib.Path(__file__).parent
 
 
-def run_suite(tmp_path: pathlib.Path, refs: list[str], *extra: str) -> list[dict]:
-    """Run the conformance suite on ``refs`` (triage profile, float64 and float32, two workers) in
-    a subprocess whose cwd is ``tmp_path``, with this folder importable; return its results.
+def run_suite(tmp_path: pathlib.Path, refs: list[str], *extra: str, profile: str = "triage",
+              workers: int = 2) -> list[dict]:
+    """Run the conformance suite on ``refs`` (``profile``, float64 and float32, ``workers``
+    pytest-xdist workers, 0: one process) in a subprocess whose cwd is ``tmp_path``, with this
+    folder importable; return its results.
 
     ``--tb=no``: the results (and each failure's message) come from the run's report; pytest's
     own failure summary scans every report once per failure (``_get_teardown_reports``), which
     for the broken backends' thousands of failures took longer than the suite itself."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     run = runner.run_subprocess(
-        runner.suite_args(backends=refs, profile="triage", dtypes="float64,float32",
-                          extra=["-n", "2", "--tb=no", *extra]),
+        runner.suite_args(backends=refs, profile=profile, dtypes="float64,float32",
+                          extra=["-n", str(workers), "--tb=no", *extra]),
         cwd=tmp_path, env=env, timeout=1800)
     assert run.results, f"suite did not finish:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     return run.results

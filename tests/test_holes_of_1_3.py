@@ -10,13 +10,10 @@ full-shape bias).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import broken_backends
-from mhaspec import runner
-from suite_runner import HERE
+from suite_runner import run_suite
 
 #: the chapters whose tests the holes' clauses run in
 CHAPTERS = "test_inputs or test_sink or test_attention_vjp or test_determinism"
@@ -26,14 +23,8 @@ CLEAN = "oracle_backend:ORACLE_REFERENCE"
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> list[dict]:
     refs = [CLEAN, *(f"broken_backends:{attr}" for attr in broken_backends.HOLES_OF_1_3)]
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    run = runner.run_subprocess(
-        runner.suite_args(backends=refs, profile="ci", dtypes="float64,float32",
-                          extra=["-n", "0", "-k", CHAPTERS]),
-        cwd=tmp_path_factory.mktemp("suite"), env=env, timeout=1800)
-    assert run.results, f"suite did not finish:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    return run.results
+    return run_suite(tmp_path_factory.mktemp("suite"), refs, "-k", CHAPTERS, profile="ci",
+                     workers=0)
 
 
 def _failed(results, backend: str) -> set[str]:
@@ -65,14 +56,8 @@ def test_the_reference_passes_those_chapters_in_ci(results):
 @pytest.fixture(scope="module")
 def feature_results(tmp_path_factory) -> list[dict]:
     refs = [CLEAN, *(f"broken_backends:{attr}" for attr in broken_backends.WINDOW_AND_ALIBI)]
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    run = runner.run_subprocess(
-        runner.suite_args(backends=refs, profile="ci", dtypes="float64,float32",
-                          extra=["-n", "0", "-k", "test_window or test_alibi"]),
-        cwd=tmp_path_factory.mktemp("suite"), env=env, timeout=1800)
-    assert run.results, f"suite did not finish:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    return run.results
+    return run_suite(tmp_path_factory.mktemp("suite"), refs, "-k", "test_window or test_alibi",
+                     profile="ci", workers=0)
 
 
 @pytest.mark.parametrize("attr", sorted(broken_backends.WINDOW_AND_ALIBI))
