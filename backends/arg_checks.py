@@ -293,35 +293,35 @@ def _head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int) -> tup
         fail(op, f"arguments 'w_q' and 'w_k' must have the same column count h*d_k, got shapes "
                  f"{w_q.shape} and {w_k.shape}")
     for w in (w_q, w_v):
-        if w.shape[1] % h:
-            fail(op, f"argument 'num_heads' = {h} does not divide the column count of "
-                     f"'{w.name}' with shape {w.shape}")
+        _per_head_width(op, w, h, "num_heads")
     if w_o.shape[0] != w_v.shape[1]:
         fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {w_v.shape[1]} rows "
                  f"to match 'w_v' with shape {w_v.shape}")
     return w_q.shape[1] // h, w_v.shape[1] // h
 
 
+def _per_head_width(op: str, w: Arg, heads: int, argument: str) -> int:
+    """The per-head width of ``w``'s columns shared by ``heads`` heads (the value of
+    ``argument``), which must divide them."""
+    if w.shape[1] % heads:
+        fail(op, f"argument '{argument}' = {heads} does not divide the column count of "
+                 f"'{w.name}' with shape {w.shape}")
+    return w.shape[1] // heads
+
+
 def _grouped_head_widths(op: str, w_q: Arg, w_k: Arg, w_v: Arg, w_o: Arg, h: int,
                          g: int) -> tuple[int, int]:
     """(d_k, d_v) of grouped-query attention (MHA-6): W_q (., h*d_k), W_k (., g*d_k),
     W_v (., g*d_v), W_o (h*d_v, .)."""
-    if w_q.shape[1] % h:
-        fail(op, f"argument 'num_heads' = {h} does not divide the column count of 'w_q' "
-                 f"with shape {w_q.shape}")
-    d_k = w_q.shape[1] // h
+    d_k = _per_head_width(op, w_q, h, "num_heads")
     if w_k.shape[1] != g * d_k:
         fail(op, f"argument 'w_k' with shape {w_k.shape} must have num_kv_heads*d_k = {g}*{d_k} "
                  f"columns with num_kv_heads = {g} and 'w_q' with shape {w_q.shape}")
-    if w_v.shape[1] % g:
-        fail(op, f"argument 'num_kv_heads' = {g} does not divide the column count of 'w_v' "
-                 f"with shape {w_v.shape}")
-    d_v = w_v.shape[1] // g
+    d_v = _per_head_width(op, w_v, g, "num_kv_heads")
     if w_o.shape[0] != h * d_v:
         fail(op, f"argument 'w_o' with shape {w_o.shape} must have h*d_v = {h}*{d_v} rows "
                  f"with num_kv_heads = {g} and 'w_v' with shape {w_v.shape}")
     return d_k, d_v
-
 
 
 def check_cotangents(op: str, dims: Dims, d_output: Arg, d_lse: Arg | None, heads: int, *,
