@@ -72,6 +72,20 @@ class Computation:
         return self.algorithm.mha(self.ops, query, key, value, p, num_heads, masks, g, lse, cache)
 
     # -- features and masks ----------------------------------------------------------------------
+    def logits_shape(self, q, k) -> tuple[int, int, int, int]:
+        """(B, h, L_q, L_k) of an attention call (q (B, h, L_q, d_k), k (B, g, L_k, d_k)): the
+        shape of its canonical masks (:meth:`.algorithms.AttentionAlgorithm.canonical_masks`)."""
+        shape = self.ops.shape
+        return (*shape(q)[:3], shape(k)[2])
+
+    def mha_logits_shape(self, query, key, num_heads: int,
+                         cache: Cache | None) -> tuple[int, int, int, int]:
+        """(B, h, L_q, L_past + L_k) of a multi-head call (query (B, L_q, d_model), key (B, L_k,
+        k_dim), ``cache`` the past keys (B, g, L_past, d_k) or None): its canonical masks' shape."""
+        shape = self.ops.shape
+        len_all = shape(key)[1] + (0 if cache is None else shape(cache.past_key)[2])
+        return (shape(query)[0], num_heads, shape(query)[1], len_all)
+
     def fold_features(self, like, masks: MaskArgs, feats: Features, len_q: int, len_k: int):
         """-> (masks, index): the call's ``feats`` folded into ``masks`` as every operation folds
         them: one boolean ``mask`` (B|1, h|1, L_q, L_K) with the mask, key padding, causal and the

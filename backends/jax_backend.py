@@ -154,15 +154,13 @@ class JitComputation(Computation):
         return self._compiled[key]
 
     def attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
-        full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
+        full = self.logits_shape(q, k)
         return self._compile("attention", super().attention, ("lse",))(
             q, k, v, self.algorithm.canonical_masks(self.ops, q, full, masks), lse=lse)
 
     def multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
                    lse=False, cache=None):
-        shape = self.ops.shape
-        len_all = shape(key)[1] + (0 if cache is None else shape(cache.past_key)[2])
-        full = (shape(query)[0], num_heads, shape(query)[1], len_all)
+        full = self.mha_logits_shape(query, key, num_heads, cache)
         return self._compile("mha", super().multi_head, ("num_heads", "num_kv_heads", "lse"))(
             query, key, value, p, num_heads=num_heads,
             masks=self.algorithm.canonical_masks(self.ops, query, full, masks),

@@ -165,15 +165,13 @@ class FunctionComputation(Computation):
                               softcap=softcap)
 
     def attention(self, q, k, v, masks: MaskArgs, lse: bool = False):
-        full = (*self.ops.shape(q)[:3], self.ops.shape(k)[2])
+        full = self.logits_shape(q, k)
         return self._compile("attention", super().attention)(
             q, k, v, self._canonical(q, full, masks), lse)
 
     def multi_head(self, query, key, value, p, num_heads, masks: MaskArgs, num_kv_heads=None,
                    lse=False, cache=None):
-        shape = self.ops.shape
-        len_all = shape(key)[1] + (0 if cache is None else shape(cache.past_key)[2])
-        full = (shape(query)[0], num_heads, shape(query)[1], len_all)
+        full = self.mha_logits_shape(query, key, num_heads, cache)
         return self._compile("mha", super().multi_head)(
             query, key, value, p, num_heads, self._canonical(query, full, masks), num_kv_heads,
             lse, cache)

@@ -29,7 +29,7 @@ ROOT = str(pathlib.Path(FOLDERS[0]).parent.parent) + "/"
 
 
 def _short(path: str) -> str:
-    return path.replace(ROOT, "") if path.startswith(ROOT) else path
+    return path.removeprefix(ROOT)
 
 
 class Profiler:
