@@ -13,6 +13,10 @@ valid cases.
 measure the error of the naive algorithm in a candidate's dtype: ``"float32"`` (BLAS products) and
 ``"float32-sequential"`` (left-to-right dot products) run in float32; ``"float16"`` /
 ``"bfloat16"`` run in float32 and round every intermediate to the narrow type.
+
+Its parts: the narrow precisions' arithmetic (:mod:`.narrow_precision`), the head layouts
+(:mod:`.oracle_heads`), which keys a query may see and spec 1.2's checks (:mod:`.oracle_positions`);
+what callers use of them is re-exported here.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .oracle_positions import (CAUSAL_ALIGNMENTS, alibi_bias,  # noqa: F401  (re-exported)
+# what callers read here is re-exported (noqa: F401)
+from .narrow_precision import round_to_bfloat16, round_to_float16, sequential_matmul  # noqa: F401
+from .oracle_heads import combine_heads, head_slice, split_heads  # noqa: F401
+from .oracle_positions import (CAUSAL_ALIGNMENTS, alibi_bias, allowed_mask,  # noqa: F401
                                cache_positions, check_alibi, check_cache, check_chunk,
                                check_lengths, check_segments, check_softcap, check_window,
                                present, reject, resolve_alignment, structural_allowed,
@@ -48,27 +55,11 @@ class Params(NamedTuple):
     b_o: np.ndarray | None = None
 
 
-def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
-    """Round float32 values to the nearest bfloat16 (ties to even), returned as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    bits = x.view(np.uint32).astype(np.uint64)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    out = bits.astype(np.uint32).view(np.float32)
-    return np.where(np.isfinite(x), out, x)
-
-
-def _round_to_float16(x) -> np.ndarray:
-    """``x`` rounded to float16 (held in float32); beyond float16's range it becomes inf, as
-    float16 arithmetic does (so NumPy's overflow warning is expected and silenced)."""
-    with np.errstate(over="ignore"):
-        return np.asarray(x).astype(np.float16).astype(np.float32)
-
-
 _PRECISIONS: dict[str, tuple[type, Callable[[np.ndarray], np.ndarray]]] = {
     "float64": (np.float64, lambda x: x),
     "float32": (np.float32, lambda x: x),
     "float32-sequential": (np.float32, lambda x: x),
-    "float16": (np.float32, lambda x: _round_to_float16(x)),
+    "float16": (np.float32, round_to_float16),
     "bfloat16": (np.float32, round_to_bfloat16),
 }
 
@@ -102,59 +93,8 @@ class _Arith:
             if a.ndim > 2 and b.ndim == 2:  # one GEMM over all rows, not one BLAS call per batch item
                 return self.rnd((a.reshape(-1, a.shape[-1]) @ b).reshape(a.shape[:-1] + b.shape[-1:]))
             return self.rnd(a @ b)
-        return _sequential_matmul(a, b, self.dtype)
+        return sequential_matmul(a, b, self.dtype)
 
-
-#: the most elements (d * ... * n * m) :func:`_sequential_matmul` holds as one array of products
-_SMALL_PRODUCT = 1 << 13  # measured: faster than the loop below about 8k elements
-
-
-def _sequential_matmul(a, b, dtype) -> np.ndarray:
-    """a (..., n, d) @ b (..., d, m) in ``dtype``, each dot product summed left to right with a
-    rounding after every multiply and add, vectorised over every axis but d: step j adds the
-    outer product of column j of a and row j of b, laid out with the longer of n and m innermost
-    (a rounded product does not depend on the order of its factors)."""
-    a, b = np.asarray(a, dtype=dtype), np.asarray(b, dtype=dtype)
-    if b.ndim == 2 and a.ndim > 2:  # one right-hand matrix: stack every row of a
-        out = _sequential_matmul(a.reshape(-1, a.shape[-1]), b, dtype)
-        return out.reshape(a.shape[:-1] + out.shape[-1:])
-    a_cols = np.moveaxis(a, -1, 0).copy()  # (d, ..., n)
-    b_rows = np.moveaxis(b, -2, 0).copy()  # (d, ..., m)
-    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    n, m = a.shape[-2], b.shape[-1]
-    if a.ndim == b.ndim and a.shape[-1] * math.prod(lead) * n * m <= _SMALL_PRODUCT:
-        # every rounded product at once, summed left to right along d (np.add.accumulate is
-        # sequential); + 0 makes a zero sum +0, as the loop's sum from +0 is
-        terms = np.multiply(a_cols[..., :, None], b_rows[..., None, :])  # (d, ..., n, m)
-        if terms.shape[0] == 0:
-            return np.zeros(lead + (n, m), dtype=dtype)
-        return np.add.accumulate(terms, axis=0)[-1] + dtype(0)
-    transposed = n > m  # then accumulate the product's transpose (..., m, n)
-    acc = np.zeros(lead + ((m, n) if transposed else (n, m)), dtype=dtype)
-    term = np.empty_like(acc)
-    for a_j, b_j in zip(a_cols, b_rows):
-        if transposed:
-            np.multiply(b_j[..., :, None], a_j[..., None, :], out=term)
-        else:
-            np.multiply(a_j[..., :, None], b_j[..., None, :], out=term)
-        acc += term
-    return np.ascontiguousarray(np.swapaxes(acc, -1, -2)) if transposed else acc
-
-
-def allowed_mask(b: int, h: int, l_q: int, l_k: int, *, mask=None, key_padding_mask=None,
-                 causal=None) -> np.ndarray:
-    """Boolean (B, h, L_q, L_k): True where every boolean mask permits the pair (MASK-1, 5, 6, 7, 8)."""
-    allowed = np.ones((b, h, l_q, l_k), dtype=bool)
-    if mask is not None:
-        allowed &= np.broadcast_to(np.asarray(mask, dtype=bool), allowed.shape)
-    if key_padding_mask is not None:
-        allowed &= np.asarray(key_padding_mask, dtype=bool)[:, None, None, :]
-    if causal is not None:
-        i = np.arange(l_q)[:, None]
-        j = np.arange(l_k)[None, :]
-        offset = 0 if causal == "top_left" else l_k - l_q
-        allowed &= j <= i + offset
-    return allowed
 
 
 def _softmax_rows(logits: np.ndarray, allowed: np.ndarray, ar: _Arith) -> np.ndarray:
@@ -238,28 +178,16 @@ def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_ma
     return out, weights
 
 
-def split_heads(x, num_heads: int):
-    """HEAD-1, written element by element: (B, L, h*d) -> (B, h, L, d)."""
-    x = np.asarray(x)
-    b, length, width = x.shape
-    d = width // num_heads
-    y = np.empty((b, num_heads, length, d), dtype=x.dtype)
-    for i in range(num_heads):
-        for j in range(d):
-            y[:, i, :, j] = x[:, :, i * d + j]
-    return y
-
-
-def combine_heads(y):
-    """HEAD-2: (B, h, L, d) -> (B, L, h*d), the concatenation of the heads along the last axis."""
-    y = np.asarray(y)
-    return np.concatenate([y[:, i] for i in range(y.shape[1])], axis=-1)
-
-
 def _project(x, w, b, cols: slice, ar: _Arith):
     """x (B, L, in) @ w[:, cols] + b[cols] -> (B, L, len(cols)), in the working precision."""
     y = ar.matmul(x, np.ascontiguousarray(w[:, cols]))
     return y if b is None else ar.rnd(y + b[cols])
+
+
+def _head_counts(p: Params, num_heads: int, num_kv_heads: int | None) -> tuple[int, int, int, int]:
+    """(h, g, d_k, d_v) of a multi-head call: g = h without grouping (MHA-6)."""
+    g = num_heads if num_kv_heads is None else num_kv_heads
+    return num_heads, g, p.w_q.shape[1] // num_heads, p.w_v.shape[1] // g
 
 
 def multi_head_attention(query, key, value, params: Params, *, num_heads: int, mask=None, bias=None,
@@ -286,10 +214,7 @@ def multi_head_attention(query, key, value, params: Params, *, num_heads: int, m
     ar = _Arith(precision)
     query, key, value = ar.cast(query), ar.cast(key), ar.cast(value)
     p = Params(*(ar.cast(t) for t in params))
-    h = num_heads
-    g = h if num_kv_heads is None else num_kv_heads
-    d_k = p.w_q.shape[1] // h
-    d_v = p.w_v.shape[1] // g
+    h, g, d_k, d_v = _head_counts(p, num_heads, num_kv_heads)
     heads, weights = [], []
     for i in range(h):
         j = i // (h // g)  # the key/value head of query head i (MHA-6); j = i without grouping
@@ -309,16 +234,6 @@ def multi_head_attention(query, key, value, params: Params, *, num_heads: int, m
     if p.b_o is not None:
         out = ar.rnd(out + p.b_o)
     return out, np.stack(weights, axis=1)
-
-
-def head_slice(m, i: int):
-    """The part of a mask/bias broadcastable to (B, h, L_q, L_k) that applies to head i, keeping a
-    size-1 head axis: (..., h or 1, L_q, L_k) -> (B or 1, 1, L_q or 1, L_k or 1)."""
-    if m is None:
-        return None
-    m = np.asarray(m)
-    m = m.reshape((1,) * (4 - m.ndim) + m.shape)
-    return m[:, i:i + 1] if m.shape[1] > 1 else m
 
 
 # ---------------------------------------------------------------- spec 1.2 features
@@ -562,10 +477,7 @@ def multi_head_attention_result(query, key, value, params: Params, *, num_heads:
     ar = _Arith(precision)
     query, key, value = ar.cast(query), ar.cast(key), ar.cast(value)
     p = Params(*(ar.cast(t) for t in params))
-    h = num_heads
-    g = h if num_kv_heads is None else num_kv_heads
-    d_k = p.w_q.shape[1] // h
-    d_v = p.w_v.shape[1] // g
+    h, g, d_k, d_v = _head_counts(p, num_heads, num_kv_heads)
 
     def heads(x, w, b, n, d):  # PARAM-2: block i of x @ w + b -> (B, n, L, d)
         return np.stack([_project(x, w, b, slice(i * d, (i + 1) * d), ar) for i in range(n)], axis=1)

@@ -1,4 +1,5 @@
-"""Spec 1.2's arguments as the float64 oracle reads them: checks, token positions, ALiBi, windows.
+"""Which keys a query may see, as the float64 oracle reads it: the boolean masks of 1.1
+(:func:`allowed_mask`) and spec 1.2's arguments: checks, token positions, ALiBi, windows.
 
 Axis legend: B batch, h heads, g key/value heads, L_q queries, L_k new keys, L_past cached keys,
 L_K = L_past + L_k keys after the cache (L_K = L_k without one).
@@ -19,6 +20,22 @@ from typing import NamedTuple
 import numpy as np
 
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def allowed_mask(b: int, h: int, l_q: int, l_k: int, *, mask=None, key_padding_mask=None,
+                 causal=None) -> np.ndarray:
+    """Boolean (B, h, L_q, L_k): True where every boolean mask permits the pair (MASK-1, 5, 6, 7, 8)."""
+    allowed = np.ones((b, h, l_q, l_k), dtype=bool)
+    if mask is not None:
+        allowed &= np.broadcast_to(np.asarray(mask, dtype=bool), allowed.shape)
+    if key_padding_mask is not None:
+        allowed &= np.asarray(key_padding_mask, dtype=bool)[:, None, None, :]
+    if causal is not None:
+        i = np.arange(l_q)[:, None]
+        j = np.arange(l_k)[None, :]
+        offset = 0 if causal == "top_left" else l_k - l_q
+        allowed &= j <= i + offset
+    return allowed
 
 
 class TokenPositions(NamedTuple):
