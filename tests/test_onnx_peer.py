@@ -55,23 +55,22 @@ MAPPED_ATTRIBUTES = {"scale", "is_causal", "q_num_heads", "kv_num_heads", "softc
 _LOGITS = ("qk_matmul_output_mode {mode}: the logits {what} are not an output of the spec "
            "(deliberately: the spec returns the weights P, SDPA-4, and the per-row log-sum-exp, "
            "LSE-1; raw logits are an implementation's intermediate)")
-_MODE0 = _LOGITS.format(mode=0, what="s QK^T (softcapped when softcap is set)")
-_MODE1 = _LOGITS.format(mode=1, what="after softcap")
-_MODE2 = _LOGITS.format(mode=2, what="after softcap plus mask and bias")
-UNCHECKED_OUTPUTS: dict[str, dict[str, str]] = {
-    "test_attention_4d_with_qk_matmul": {"qk_matmul_output": _MODE0},
-    "test_attention_4d_with_qk_matmul_bias": {"qk_matmul_output": _MODE2},
-    "test_attention_4d_with_qk_matmul_softcap": {"qk_matmul_output": _MODE1},
-    "test_attention_4d_with_past_and_present_qk_matmul_bias": {"qk_matmul_output": _MODE2},
-    "test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask": {"qk_matmul_output": _MODE2},
-    "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask": {"qk_matmul_output": _MODE2},
-    "test_attention_4d_with_past_and_present_qk_matmul_bias_3d_mask_causal": {"qk_matmul_output": _MODE2},
-    "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal": {"qk_matmul_output": _MODE2},
-    "test_attention_4d_with_past_and_present_qk_matmul": {"qk_matmul_output": _MODE0},
-    "test_attention_3d_with_past_and_present_qk_matmul": {"qk_matmul_output": _MODE0},
-    "test_attention_3d_with_past_and_present_qk_matmul_bias": {"qk_matmul_output": _MODE2},
-    "test_attention_3d_with_past_and_present_qk_matmul_softcap": {"qk_matmul_output": _MODE1},
+#: qk_matmul_output_mode -> (what the logits are then, the ONNX cases that output them)
+_LOGIT_CASES = {
+    0: ("s QK^T (softcapped when softcap is set)",
+        ("test_attention_4d_with_qk_matmul", "test_attention_4d_with_past_and_present_qk_matmul",
+         "test_attention_3d_with_past_and_present_qk_matmul")),
+    1: ("after softcap",
+        ("test_attention_4d_with_qk_matmul_softcap",
+         "test_attention_3d_with_past_and_present_qk_matmul_softcap")),
+    2: ("after softcap plus mask and bias",
+        ("test_attention_4d_with_qk_matmul_bias", "test_attention_3d_with_past_and_present_qk_matmul_bias",
+         *(f"test_attention_4d_with_past_and_present_qk_matmul_bias{tail}"
+           for tail in ("", "_3d_mask", "_4d_mask", "_3d_mask_causal", "_4d_mask_causal")))),
 }
+UNCHECKED_OUTPUTS: dict[str, dict[str, str]] = {
+    case: {"qk_matmul_output": _LOGITS.format(mode=mode, what=what)}
+    for mode, (what, cases) in _LOGIT_CASES.items() for case in cases}
 
 #: Cases where the oracle and ONNX's expected output disagree: case -> (clause, explanation).
 DISAGREEMENTS: dict[str, tuple[str, str]] = {}
@@ -210,7 +209,7 @@ def oracle_call(case: OnnxCase) -> OracleCall:
     inexpressible = {}
     mode = a.get("qk_matmul_output_mode", 0)
     if "qk_matmul_output" in case.outputs and mode != 3:
-        inexpressible["qk_matmul_output"] = (_MODE0, _MODE1, _MODE2)[mode]
+        inexpressible["qk_matmul_output"] = _LOGITS.format(mode=mode, what=_LOGIT_CASES[mode][0])
     return OracleCall(q, k, v, kw, three_d, inexpressible)
 
 
