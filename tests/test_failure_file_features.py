@@ -11,7 +11,7 @@ import pytest
 from mhaspec.conformance import failure_file, failure_save
 from mhaspec.conformance.strategies import CaseSpec, build_case
 
-from test_hostile_files import Parametrization, members, rewrite
+from hostile_files import Parametrization, members, rewrite
 
 SEGMENTS = CaseSpec(batch=2, heads=2, len_q=5, len_k=5, d_k=4, d_v=4, seed=3, segments="packed",
                     seq_lengths="both", alibi="per_batch", alignment="bottom_right",

@@ -13,6 +13,8 @@ from mhaspec.backends.validation import REJECTION_CLAUSES
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
 
+import hostile_files
+
 HERE = pathlib.Path(__file__).parent
 CELLS = ("cpu/float64", "cpu/float32")
 
@@ -80,9 +82,7 @@ def test_entry_fields_that_contradict_the_verdict_are_problems(change, problem):
 
 
 def _certificate(edit, deviations: dict | None = None) -> dict:
-    import test_hostile_files
-
-    body = test_hostile_files.certificate_body()
+    body = hostile_files.certificate_body()
     body["backend"]["deviations"] = deviations or {}
     for c in body["clauses"]:
         edit(c)
