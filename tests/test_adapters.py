@@ -1,7 +1,7 @@
-"""The public adapter helpers (``mhaspec.backends.layouts``, ``.masks``, ``.adapters``,
-``.array_ops``): every conversion in both directions against real framework modules computing the
-same output as the float64 oracle, every mask form against the oracle through a native op, and the
-adapter base classes.
+"""The public adapter helpers (``mhaspec.backends.layouts``, ``.masks``, ``.array_ops``): every
+conversion in both directions against real framework modules computing the same output as the
+float64 oracle, and every mask form against the oracle through a native op. The adapter base
+classes (``.adapters``) are tested in tests/test_adapter_bases.py.
 
 Axis legend: B batch, L_q / L_k lengths, h heads, g key/value heads, d_model query width,
 k_dim / v_dim key / value widths, d_k / d_v per-head widths, d_out output width.
@@ -17,17 +17,7 @@ import pytest
 
 from mhaspec.backends import MHAParams, layouts, masks
 from mhaspec.spec import oracle
-
-B, H, L_Q, L_K = 2, 3, 4, 6
-TOL64 = 1e-12
-
-
-def _params(rng, d_model, k_dim, v_dim, d_k, d_v, d_out, *, heads=H, kv_heads=H, biases=True):
-    shapes = ((d_model, heads * d_k), (k_dim, kv_heads * d_k), (v_dim, kv_heads * d_v),
-              (heads * d_v, d_out))
-    weights = [rng.standard_normal(s) / math.sqrt(s[0]) for s in shapes]
-    b = [rng.standard_normal(s[1]) for s in shapes] if biases else [None] * 4
-    return MHAParams(*weights, *b)
+from adapter_helpers import B, H, L_K, L_Q, TOL64, jax, random_params, random_qkv  # jax: a fixture
 
 
 def _inputs(rng, d_model, k_dim, v_dim, len_q=L_Q, len_k=L_K):
@@ -44,20 +34,20 @@ def _same(a, b):
 
 def test_round_trips_are_exact_numpy():
     rng = np.random.default_rng(0)
-    p = _params(rng, 6, 6, 6, 2, 2, 6)
+    p = random_params(rng, 6, 6, 6, 2, 2, 6)
     assert _same(layouts.from_linear(layouts.to_linear(p)), p)
     assert _same(layouts.from_torch_mha(layouts.to_torch_mha(p)), p)
     assert _same(layouts.from_torch_mha(layouts.to_torch_mha(p, packed=False)), p)
     assert _same(layouts.from_state_dict(layouts.to_state_dict(p, layouts.EQUINOX),
                                          layouts.EQUINOX), p)
-    cross = _params(rng, 6, 5, 7, 4, 3, 8, kv_heads=1)
+    cross = random_params(rng, 6, 5, 7, 4, 3, 8, kv_heads=1)
     assert _same(layouts.from_einsum(layouts.to_einsum(cross, H, 1)), cross)
     assert _same(layouts.from_state_dict(layouts.to_state_dict(cross)), cross)
 
 
 def test_absent_biases():
     rng = np.random.default_rng(1)
-    p = _params(rng, 6, 6, 6, 2, 2, 6)._replace(b_k=None)
+    p = random_params(rng, 6, 6, 6, 2, 2, 6)._replace(b_k=None)
     assert not layouts.has_bias(p._replace(b_q=None, b_v=None, b_o=None))
     filled = layouts.with_zero_biases(p)
     assert np.array_equal(filled.b_k, np.zeros(6)) and filled.b_q is p.b_q
@@ -71,9 +61,9 @@ def test_absent_biases():
 def test_einsum_and_torch_reject_widths_they_cannot_hold():
     rng = np.random.default_rng(2)
     with pytest.raises(ValueError, match="embed_dim"):
-        layouts.to_torch_mha(_params(rng, 6, 5, 7, 4, 3, 8))
+        layouts.to_torch_mha(random_params(rng, 6, 5, 7, 4, 3, 8))
     with pytest.raises(ValueError, match="heads"):
-        layouts.to_einsum(_params(rng, 6, 6, 6, 2, 2, 6), 4)
+        layouts.to_einsum(random_params(rng, 6, 6, 6, 2, 2, 6), 4)
 
 
 # -- layouts against real modules -----------------------------------------------------------------
@@ -90,7 +80,7 @@ def test_torch_mha_both_directions(torch, widths):
     d_model, k_dim, v_dim = widths
     rng = np.random.default_rng(3)
     query, key, value = _inputs(rng, d_model, k_dim, v_dim)
-    p = _params(rng, d_model, k_dim, v_dim, 2, 2, d_model)._replace(b_k=None)
+    p = random_params(rng, d_model, k_dim, v_dim, 2, 2, d_model)._replace(b_k=None)
     mod = torch.nn.MultiheadAttention(d_model, H, kdim=k_dim, vdim=v_dim, batch_first=True,
                                       dtype=torch.float64).eval()
     t = lambda x: torch.as_tensor(x)  # noqa: E731
@@ -131,7 +121,7 @@ def test_linear_modules_both_directions(torch):
     rng = np.random.default_rng(4)
     d_model, k_dim, v_dim, d_k, d_v, d_out = 6, 5, 7, 4, 3, 8
     query, key, value = _inputs(rng, d_model, k_dim, v_dim)
-    p = _params(rng, d_model, k_dim, v_dim, d_k, d_v, d_out)
+    p = random_params(rng, d_model, k_dim, v_dim, d_k, d_v, d_out)
     nn = torch.nn
     lin = [nn.Linear(d_model, H * d_k), nn.Linear(k_dim, H * d_k), nn.Linear(v_dim, H * d_v),
            nn.Linear(H * d_v, d_out)]
@@ -191,7 +181,7 @@ def test_keras_mha_both_directions(keras):
     rng = np.random.default_rng(5)
     d_model, k_dim, v_dim, d_k, d_v, d_out = 6, 5, 7, 4, 3, 8
     query, key, value = _inputs(rng, d_model, k_dim, v_dim)
-    p = _params(rng, d_model, k_dim, v_dim, d_k, d_v, d_out)
+    p = random_params(rng, d_model, k_dim, v_dim, d_k, d_v, d_out)
     layer = _keras_layer(keras, d_k, d_v, d_out, (query.shape, value.shape, key.shape))
     for dense, target in zip(_keras_dense(layer), layouts.to_einsum(p, H)):
         dense[0].assign(target.kernel)
@@ -212,11 +202,6 @@ def test_keras_mha_both_directions(keras):
 
 # -- masks ----------------------------------------------------------------------------------------
 
-def _qkv(rng, len_q=L_Q, len_k=L_K, d=5, kv_heads=H):
-    return (rng.standard_normal((B, H, len_q, d)), rng.standard_normal((B, kv_heads, len_k, d)),
-            rng.standard_normal((B, kv_heads, len_k, d)))
-
-
 def _mask_args(rng, len_q=L_Q, len_k=L_K):
     mask = rng.random((B, H, len_q, len_k)) < 0.7
     mask[..., -1] = True
@@ -232,7 +217,7 @@ def test_allowed_and_additive_forms_through_torch_sdpa(torch, causal):
     """allowed_mask (boolean, True = may attend) and additive_mask + fill_blocked (-inf or a finite
     fill) passed to torch SDPA give the oracle's output."""
     rng = np.random.default_rng(6)
-    q, k, v = _qkv(rng)
+    q, k, v = random_qkv(rng)
     kw = _mask_args(rng)
     t = {n: torch.as_tensor(x) for n, x in kw.items()}
     tq, tk, tv = (torch.as_tensor(x) for x in (q, k, v))
@@ -261,7 +246,7 @@ def test_blocked_form_through_nn_multihead_attention(torch):
     rng = np.random.default_rng(7)
     d_model = 6
     query, key, value = _inputs(rng, d_model, d_model, d_model, len_q=L_K)
-    p = _params(rng, d_model, d_model, d_model, 2, 2, d_model)
+    p = random_params(rng, d_model, d_model, d_model, 2, 2, d_model)
     kw = _mask_args(rng, L_K, L_K)
     kw["mask"][..., 0] = kw["key_padding_mask"][:, 0] = True  # no fully masked row (torch: NaN)
     mod = torch.nn.MultiheadAttention(d_model, H, batch_first=True, dtype=torch.float64).eval()
@@ -298,20 +283,13 @@ def test_causal_forms():
     assert masks.is_default_scale(1 / math.sqrt(5), 5) and not masks.is_default_scale(0.3, 5)
 
 
-@pytest.fixture(scope="module")
-def jax():
-    jax = pytest.importorskip("jax")
-    jax.config.update("jax_enable_x64", True)
-    return jax
-
-
 @pytest.mark.parametrize("alignment,len_q,len_k", [("top_left", 4, 6), ("bottom_right", 5, 5),
                                                    ("top_left", 6, 3)])
 @pytest.mark.parametrize("window", [(1, 0), (0, 2), (None, 1), (2, None)])
 def test_native_window_through_jax(jax, alignment, len_q, len_k, window):
     """native_window maps the spec's window to jax's local_window_size exactly where it is exact."""
     rng = np.random.default_rng(8)
-    q, k, v = _qkv(rng, len_q, len_k)
+    q, k, v = random_qkv(rng, len_q, len_k)
     native = masks.native_window(window, alignment, len_q, len_k)
     btnh = lambda x: jax.numpy.asarray(x.transpose(0, 2, 1, 3))  # noqa: E731
     got = jax.nn.dot_product_attention(btnh(q), btnh(k), btnh(v), local_window_size=native,
@@ -339,7 +317,7 @@ def test_structural_mask_matches_oracle(kw):
     """structural_mask passed as a boolean mask gives the oracle's result for the 1.2 arguments
     (fully masked rows are zeros on both sides)."""
     rng = np.random.default_rng(9)
-    q, k, v = _qkv(rng)
+    q, k, v = random_qkv(rng)
     allowed = masks.structural_mask(B, L_Q, L_K, **kw)
     got, _ = oracle.attention(q, k, v, mask=allowed)
     ref, _ = oracle.attention(q, k, v, **kw)
@@ -368,247 +346,3 @@ def test_ops_for_each_framework(torch, jax):
     tf = pytest.importorskip("tensorflow")
     assert ops_for(tf.zeros(1)).framework == "tensorflow"
     assert masks.rank4(tf.ones((L_Q, L_K))).shape == (1, 1, L_Q, L_K)
-
-
-# -- adapter base classes -------------------------------------------------------------------------
-
-def test_numpy_adapter_base_fills_in_the_protocol():
-    from mhaspec.backends.adapters import NumpyAdapter
-
-    class Softmax(NumpyAdapter):
-        native_op = "a NumPy function"
-        capabilities = frozenset({"sdpa", "mha", "masks", "errors"})  # mha: projections around it
-
-        def attention(self, q, k, v, m):
-            allowed = masks.allowed_mask(q.shape[2], k.shape[2], like=q, mask=m.mask,
-                                         key_padding_mask=m.key_padding_mask)
-            logits = q @ k.swapaxes(-1, -2) * m.scale
-            logits = masks.fill_blocked(allowed, like=q, additive=logits)
-            w = np.exp(logits - logits.max(axis=-1, keepdims=True))
-            return (w / w.sum(axis=-1, keepdims=True)) @ v, None
-
-    be = Softmax("softmax-test")
-    assert be.name == "softmax-test" and be.dtypes("cpu") == ("float64", "float32", "float16")
-    rng = np.random.default_rng(10)
-    q, k, v = _qkv(rng)
-    mask = rng.random((L_Q, L_K)) < 0.7
-    mask[:, 0] = True
-    x = be.asarray(q, dtype="float32")
-    assert x.dtype == np.float32 and be.device_of(x) == "cpu"
-    out, w = be.scaled_dot_product_attention(*(be.asarray(a, dtype="float64") for a in (q, k, v)),
-                                             mask=be.asarray(mask, dtype="bool"))
-    np.testing.assert_allclose(be.to_numpy(out), oracle.attention(q, k, v, mask=mask)[0],
-                               rtol=0, atol=TOL64)
-    with pytest.raises(ValueError, match="mask"):
-        be.scaled_dot_product_attention(q, k, v, mask=np.ones((3, 2), bool))
-    with pytest.raises(NotImplementedError, match="split_heads"):
-        be.split_heads(q, 2)
-    params = _params(rng, 6, 6, 6, 2, 2, 6)
-    query = rng.standard_normal((B, L_Q, 6))
-    out, _ = be.multi_head_attention(query, query, query, params, num_heads=H)
-    ref, _ = oracle.multi_head_attention(query, query, query, oracle.Params(*params), num_heads=H)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=TOL64)
-
-
-def test_a_numpy_adapter_claiming_attention_vjp_says_it_has_no_autodiff():
-    """An adapter's backward pass is the framework's autodiff through its op; NumPy has none, so a
-    NumPy adapter that claims "attention_vjp" without writing one is refused when it is built, in
-    one line naming what to implement (tests/test_adapter_claims.py), not met by an AttributeError
-    from the array machinery on the first call."""
-    from mhaspec.backends.adapters import NumpyAdapter
-
-    class Claims(NumpyAdapter):
-        native_op = "a NumPy function"
-        capabilities = frozenset({"sdpa", "errors", "attention_vjp"})
-
-        def attention(self, q, k, v, m):
-            w = np.exp(q @ k.swapaxes(-1, -2) * m.scale)
-            return (w / w.sum(axis=-1, keepdims=True)) @ v, None
-
-    with pytest.raises(ValueError, match="no automatic differentiation: implement attention_vjp"):
-        Claims("claims-vjp")
-
-
-def test_module_adapter_base_and_untranslated():
-    from mhaspec.backends.adapters import NumpyAdapter
-
-    class Module(NumpyAdapter):
-        native_op = "a module"
-        capabilities = frozenset({"errors"})
-        conventions = {"order": ("MHA-4", "value before key")}
-
-    be = Module("module-test")
-    rng = np.random.default_rng(11)
-    with pytest.raises(NotImplementedError, match="a module cannot express multi-head"):
-        x = rng.standard_normal((B, L_Q, 6))
-        be.multi_head_attention(x, x, x, _params(rng, 6, 6, 6, 2, 2, 6), num_heads=H)
-    with pytest.raises(NotImplementedError, match="scaled dot-product attention"):
-        be.attention(None, None, None, None)
-    raw = be.untranslated("order")
-    assert raw.name == "module-test[untranslated order]" and not raw.translates("order")
-    assert be.translates("order")
-    with pytest.raises(ValueError, match="no convention"):
-        be.untranslated("layout")
-
-
-@pytest.mark.parametrize("base", ["TorchAdapter", "JaxAdapter", "TensorFlowAdapter"])
-def test_framework_adapter_bases(base):
-    from mhaspec.backends import adapters
-
-    module = {"TorchAdapter": "torch", "JaxAdapter": "jax", "TensorFlowAdapter": "tensorflow"}[base]
-    pytest.importorskip(module)
-    be = type("Probe", (getattr(adapters, base),), {"native_op": "probe"})("probe")
-    assert be.capabilities == frozenset({"errors"})
-    x = be.asarray(np.arange(6.0).reshape(2, 3), dtype="float32")
-    assert be.device_of(x) == "cpu" and be.to_numpy(x).dtype == np.float32
-    assert np.array_equal(be.to_numpy(x), np.arange(6.0).reshape(2, 3))
-    assert "bfloat16" in be.dtypes("cpu") and be.framework_version()
-
-
-def _softmax_attention(q, k, v, m):
-    """NumPy attention over the allowed set (0 for an empty row), k and v with g heads."""
-    k, v = (np.repeat(t, q.shape[1] // t.shape[1], axis=1) for t in (k, v))
-    allowed = masks.allowed_mask(q.shape[2], k.shape[2], like=q, mask=m.mask,
-                                 key_padding_mask=m.key_padding_mask, causal=m.causal)
-    logits = masks.fill_blocked(allowed, like=q, additive=q @ k.swapaxes(-1, -2) * m.scale)
-    top = logits.max(axis=-1, keepdims=True)
-    w = np.exp(logits - np.where(np.isfinite(top), top, 0))
-    return w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300) @ v, None
-
-
-@pytest.mark.parametrize("alignment,len_q,len_k,native", [("top_left", 4, 6, True),
-                                                          ("bottom_right", 5, 5, True),
-                                                          ("bottom_right", 3, 6, False)])
-def test_feature_calls_reach_the_native_mapping_or_the_folded_mask(alignment, len_q, len_k, native):
-    """A spec 1.2 call (a window, with g = 1 key/value heads) goes to attention_features, which
-    maps it to a top-left index window where native_window says that is exact, and otherwise
-    returns NotImplemented: the window is then folded into masks.mask for attention()."""
-    from mhaspec.backends.adapters import NumpyAdapter
-
-    class Windowed(NumpyAdapter):
-        native_op = "a windowed NumPy function"
-        capabilities = frozenset({"sdpa", "masks", "causal", "errors", "window", "gqa"})
-        calls: list = []
-
-        def attention(self, q, k, v, m):
-            self.calls.append("folded")
-            return _softmax_attention(q, k, v, m)
-
-        def attention_features(self, q, k, v, m, features):
-            window = masks.native_window(features.window, features.diagonal, q.shape[2],
-                                         k.shape[2])
-            if window is None:
-                return NotImplemented
-            self.calls.append(("native", window))
-            i, j = np.arange(q.shape[2])[:, None], np.arange(k.shape[2])[None, :]
-            band = (i - window[0] <= j) & (j <= i + window[1])
-            return _softmax_attention(q, k, v, m._replace(mask=band))
-
-    be = Windowed("windowed-test")
-    rng = np.random.default_rng(12)
-    q, k, v = _qkv(rng, len_q, len_k, kv_heads=1)
-    out, _ = be.scaled_dot_product_attention(q, k, v, window=(1, 0), alignment=alignment)
-    ref, _ = oracle.attention(q, k, v, window=(1, 0), alignment=alignment)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=TOL64)
-    assert be.calls == ([("native", (1, 0))] if native else ["folded"])
-    with pytest.raises(NotImplementedError, match="softcap"):
-        be.scaled_dot_product_attention(q, k, v, softcap=2.0)
-
-
-def _positions(**kw):
-    from mhaspec.backends import positions
-    return positions.token_positions(B, L_Q, L_K, **kw)
-
-
-@pytest.mark.parametrize("kw,want", [
-    ({}, (None, None)),
-    ({"key_value_seq_lengths": np.array([4, 6])}, (None, [4, 6])),
-    ({"query_seq_lengths": np.array([2, 4]), "key_value_seq_lengths": np.array([6, 1])},
-     ([2, 4], [6, 1])),
-    ({"q_segment_ids": np.full((B, L_Q), 3), "kv_segment_ids": np.full((B, L_K), 3)},
-     (None, None)),
-    ({"q_segment_ids": np.array([[0, 0, 1, 1]] * B), "kv_segment_ids": np.zeros((B, L_K), int)},
-     "not exact"),
-    ({"q_segment_ids": np.zeros((B, L_Q), int), "kv_segment_ids": np.ones((B, L_K), int)},
-     "not exact"),
-    ({"query_seq_lengths": np.array([2, 4]), "key_value_seq_lengths": np.array([6, 1]),
-      "alignment": "bottom_right"}, "not exact"),
-], ids=["none", "keys", "both", "one-segment", "two-segments", "other-segment", "shifted"])
-def test_native_lengths_only_where_exact(kw, want):
-    """Per-batch lengths stand for segments and lengths only when positions are indices and every
-    valid token is in one segment (jax query_seq_lengths / key_value_seq_lengths)."""
-    got = masks.native_lengths(_positions(**kw) if kw else None)
-    if want == "not exact":
-        assert got is None
-        return
-    assert [None if x is None else x.tolist() for x in got] == [
-        None if x is None else list(x) for x in want]
-
-
-@pytest.mark.parametrize("name", ["jax-dpa", "jax-dpa-jit"])
-def test_jax_dpa_passes_windows_and_lengths_to_the_op(jax, monkeypatch, name):
-    """jax-dpa hands an exact window and lengths to jax.nn.dot_product_attention's own arguments
-    (not a folded mask), and the result is the oracle's on every row with an allowed key."""
-    from mhaspec.backends import load_backend
-
-    seen = []
-    real = jax.nn.dot_product_attention
-
-    def spy(*args, **kwargs):
-        seen.append({k: kwargs.get(k) is not None for k in
-                     ("local_window_size", "query_seq_lengths", "key_value_seq_lengths", "mask")})
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
-    be = load_backend(name)
-    be.reset()
-    rng = np.random.default_rng(13)
-    q, k, v = _qkv(rng)
-    kw = {"window": (1, 2), "causal": "top_left", "query_seq_lengths": np.array([3, 4]),
-          "key_value_seq_lengths": np.array([5, 2])}
-    call = {n: be.asarray(x, dtype="int64") if isinstance(x, np.ndarray) else x
-            for n, x in kw.items()}
-    out, _ = be.scaled_dot_product_attention(*(be.asarray(x, dtype="float32") for x in (q, k, v)),
-                                             **call)
-    assert seen == [{"local_window_size": True, "query_seq_lengths": True,
-                     "key_value_seq_lengths": True, "mask": False}]
-    ref = oracle.attention_result(q, k, v, **kw)
-    keep = np.any(ref.weights != 0, axis=-1)[..., None]
-    np.testing.assert_allclose(np.where(keep, be.to_numpy(out), 0), np.where(keep, ref.output, 0),
-                               rtol=0, atol=2e-6)
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["attention_features", "folded"])
-def test_the_softcap_is_masks_softcap_in_every_adapter_method(native):
-    """An adapter that reads the cap from ``masks.softcap`` gets it whether the call goes through
-    attention_features or the folded path: no method sees the cap in one place and None in the
-    other (reading the wrong one would silently drop the cap)."""
-    from mhaspec.backends.adapters import NumpyAdapter
-
-    def capped(q, k, v, m):  # q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
-        s = q @ k.swapaxes(-1, -2) * m.scale
-        s = m.softcap * np.tanh(s / m.softcap)
-        w = np.exp(s - s.max(axis=-1, keepdims=True))
-        return w / w.sum(axis=-1, keepdims=True) @ v, None
-
-    class Capped(NumpyAdapter):
-        native_op = "a capped NumPy function"
-        capabilities = frozenset({"sdpa", "masks", "errors", "softcap"})
-        seen: list = []
-
-        def attention(self, q, k, v, m):
-            self.seen.append(("attention", m.softcap))
-            return capped(q, k, v, m)
-
-        def attention_features(self, q, k, v, m, features):
-            if not native:
-                return NotImplemented
-            self.seen.append(("attention_features", m.softcap, features.softcap))
-            return capped(q, k, v, m)
-
-    be = Capped("capped-test")
-    q, k, v = _qkv(np.random.default_rng(13), L_Q, L_K)
-    out, _ = be.scaled_dot_product_attention(q, k, v, softcap=0.5)
-    ref, _ = oracle.attention(q, k, v, softcap=0.5)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=TOL64)
-    assert be.seen == ([("attention_features", 0.5, 0.5)] if native else [("attention", 0.5)])
