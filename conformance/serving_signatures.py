@@ -1,6 +1,6 @@
 """The signatures of known mistakes of spec 1.4's serving step (MERGE, PAGE), for :mod:`.diagnosis`.
 
-Each :class:`ServingSignature` is one mistake of the project's catalogue (``tests/broken_backends.py``)
+Each :class:`ServingSignature` is one mistake of the project's catalogue (``tests/broken_backends/``)
 with one fixed call of ``merge_states``, ``paged_attention`` or ``write_pages`` and what the
 mistake gives there: the serving oracle (:mod:`mhaspec.spec.oracle_serving`) with one argument
 changed (a base-2 lse read as natural, the page table shifted by one page, lengths rounded up to

@@ -1,6 +1,6 @@
 """The signatures of known mistakes, for :mod:`.diagnosis`: a failing clause says *what* is
 wrong; the signature says *why*. Each :class:`Signature` is one known mistake (the project's
-catalogue of broken backends, ``tests/broken_backends.py``, is the list they come from) with a
+catalogue of broken backends, ``tests/broken_backends/``, is the list they come from) with a
 small fixed case and the output that mistake gives there: the oracle with one argument changed
 (``scale = 1``, the mask inverted, ``causal='top_left'``, ...) or a textbook variant of the
 algorithm (a softmax over the wrong axis). A signature that needs "attention_vjp" compares the

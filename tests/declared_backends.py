@@ -1,4 +1,4 @@
-"""Backends of the catalogue (``broken_backends.py``) that declare their mistake as a deviation of
+"""Backends of the catalogue (``broken_backends/``) that declare their mistake as a deviation of
 the clause it breaks: the suite must report it under that clause only (conformance/governed.py)
 and judge every other clause on what the backend does right. Loaded with ``--backend
 declared_backends:<NAME>``."""

@@ -5,7 +5,7 @@ float32).
 
 It is the suite's own yardstick for spec 1.2's feature chapters: a test that fails on it is a
 defect of the test (or of the harness), never of an implementation. The broken variants of
-``broken_backends.py`` for the feature clauses derive from it, each with one mistake. Loaded with
+``broken_backends/`` for the feature clauses derive from it, each with one mistake. Loaded with
 ``--backend oracle_backend:ORACLE_REFERENCE`` (tests/ on the path), as a third-party backend.
 
 Axis legend: B batch, h query heads, g key/value heads, L_q / L_k lengths, L_past cached keys,

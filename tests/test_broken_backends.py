@@ -1,5 +1,5 @@
 """The suite rejects plausible wrong implementations, each with the right clause, and passes the
-clean backends. Broken backends live outside the package (``broken_backends.py``) and are loaded
+clean backends. Broken backends live outside the package (``broken_backends/``) and are loaded
 with ``--backend module:attr``, exactly as a third-party backend would be."""
 
 from __future__ import annotations
