@@ -2,19 +2,13 @@
 
 Each peer's rule is a small NumPy function transcribed from the peer's own source (repository,
 commit, file and line in its docstring): the keys it allows, the bias it adds, the log-sum-exp it
-returns. Each test runs the rule and the oracle (:mod:`mhaspec.spec.oracle`) through the mapping
-that docs/conventions.md documents, on random cases, and asserts agreement where the page says the
-two agree and the documented difference where it says they differ. The spec's side of these facts
-is the 1.2 errata E1-E6 (``[[erratum]]`` in spec/clauses.toml, docs/errata.md).
+returns; the rules, with the list of their sources, are in ``tests/peer_rules.py``. Each test
+runs the rule and the oracle (:mod:`mhaspec.spec.oracle`) through the mapping that
+docs/conventions.md documents, on random cases, and asserts agreement where the page says the two
+agree and the documented difference where it says they differ. The spec's side of these facts is
+the 1.2 errata E1-E6 (``[[erratum]]`` in spec/clauses.toml, docs/errata.md).
 
-Axis legend: B batch, h heads, L_q queries, L_k keys, d per-head width. Sources:
-
-- FA2: Dao-AILab/flash-attention @ 0251105a (csrc/flash_attn/...); FA3: its ``hopper/``.
-- HF: transformers 5.24.0 (the version ``pyproject.toml`` pins for the ``hf`` extra).
-- gemma_pytorch @ 014acb7; xformers @ 29163217 (before ``fmha`` became a stub re-exporting mslk);
-  vLLM @ 0084b78; Mistral's reference mistralai/mistral-src @ c18d5b9 (``one_file_ref.py``);
-  attention-gym @ 14fd5f4; jax @ cec06d1; the ALiBi paper's code ofirpress/attention_with_linear_biases
-  @ 4b92f28.
+Axis legend: B batch, h heads, L_q queries, L_k keys, d per-head width.
 """
 
 from __future__ import annotations
@@ -26,6 +20,13 @@ import pytest
 
 from mhaspec.conformance.features import geometric_slopes
 from mhaspec.spec import oracle
+
+from peer_rules import (
+    attention_gym_document, attention_gym_sliding, fa2_alibi, fa2_allowed, fa2_effective_window,
+    fa2_kvcache_allowed, fa2_lse, fa2_window, fa_varlen_allowed, flashinfer_lse, flashinfer_merge,
+    flashinfer_window_left, gemma_pytorch_local, gpt_oss_sliding, hf_sliding_bidirectional,
+    hf_sliding_causal, jax_lse, mistral_decode, mistral_prefill, ort_cpu_local_window, paper_slopes,
+    splash_allowed, vllm_window, xformers_local)
 
 #: Random cases per test: each is a few microseconds of NumPy at these sizes.
 CASES = 150
@@ -54,64 +55,6 @@ def _spec_allowed(b, l_q, l_k, *, causal=False, window=None, alignment="bottom_r
 
 
 # ------------------------------------------------------------------ FlashAttention 2
-
-def fa2_window(causal: bool, window: tuple[int, int], l_q: int, l_k: int, alibi: bool):
-    """What ``mha_fwd`` hands the kernel: (is_causal, left, right).
-
-    csrc/flash_attn/flash_api.cpp:422-423 (a side >= L_k becomes -1), :426 (L_q = 1 without ALiBi
-    is not causal), :427 (causal sets right = 0), :157 (``is_causal = left < 0 && right == 0``),
-    :159-160 (an unbounded side opposite a bounded one becomes L_k)."""
-    left, right = window
-    left = -1 if left >= l_k else left
-    right = -1 if right >= l_k else right
-    if l_q == 1 and not alibi:
-        causal = False
-    if causal:
-        right = 0
-    is_causal = left < 0 and right == 0
-    if left < 0 and right >= 0:
-        left = l_k
-    if left >= 0 and right < 0:
-        right = l_k
-    return is_causal, left, right
-
-
-def fa2_allowed(b, l_q, l_k, left, right):
-    """csrc/flash_attn/src/mask.h:53-54 / :172-173: key j allowed for query i iff
-    ``i + L_k - L_q - left <= j < i + 1 + L_k - L_q + right`` (a side < 0: no limit)."""
-    i = np.arange(l_q)[:, None] + l_k - l_q
-    j = np.arange(l_k)[None, :]
-    ok = np.ones((l_q, l_k), bool)
-    if left >= 0:
-        ok &= j >= i - left
-    if right >= 0:
-        ok &= j <= i + right
-    return np.broadcast_to(ok, (b, l_q, l_k))
-
-
-def fa2_alibi(slopes, is_causal: bool, l_q: int, l_k: int):
-    """csrc/flash_attn/src/mask.h:180-184 (and alibi.h): under ``Is_causal`` the kernel adds
-    ``+m * j`` (the ALiBi paper's form), otherwise ``-m * |i + L_k - L_q - j|``. The slope is
-    divided by the softmax scale (flash_fwd_kernel.h:294) because it is added before the scale,
-    so on the scaled logits the terms are as written. slopes (B, h) -> bias (B, h, L_q, L_k)."""
-    i = np.arange(l_q)[:, None]
-    j = np.arange(l_k)[None, :]
-    dist = j + 0 * i if is_causal else -np.abs(i + l_k - l_q - j)
-    return slopes[:, :, None, None] * dist
-
-
-def fa2_lse(q, k, allowed, bias, scale):
-    """softmax.h:180 (non-split path) and flash_fwd_kernel.h:132 (the early exit): the natural
-    log-sum-exp of the scaled logits plus ALiBi over the allowed keys, ``+inf`` for a row without
-    one. (FA3: hopper/softmax.h:151 and hopper/epilogue_fwd.hpp:441 write ``-inf``.)"""
-    s = scale * np.einsum("bhqd,bhkd->bhqk", q, k) + bias
-    s = np.where(allowed[:, None], s, -np.inf)
-    empty = ~allowed.any(-1)[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        m = np.where(empty, 0.0, s.max(-1))
-        lse = m + np.log(np.exp(s - m[..., None]).sum(-1))
-    return np.where(empty, np.inf, lse)
-
 
 def test_fa2_lse_is_plus_inf_on_empty_rows_and_carries_m_times_p_q_under_causal_alibi():
     """Erratum E1. Causal ALiBi: FA2's lse = LSE-1's + m * p_q(i) with p_q(i) = i + L_k - L_q
@@ -167,15 +110,6 @@ def test_fa2_lse_equals_lse_1_when_a_window_makes_the_call_non_causal():
         np.testing.assert_allclose(_explicit(q, k, v, allowed, bias).output, spec.output, **EXACT)
 
 
-def fa2_effective_window(left: int, right: int, l_k: int):
-    """The spec window (WIN-1, bottom-right) that FA2 computes for ``window_size=(left, right)``
-    without causal (from :func:`fa2_window`): a side < 0 or >= L_k is unbounded, except a right
-    side opposite a bounded left side, which becomes L_k."""
-    eff_left = left if 0 <= left < l_k else None
-    eff_right = right if 0 <= right < l_k else (None if eff_left is None else l_k)
-    return eff_left, eff_right
-
-
 def test_fa2_window_sides_are_clamped_against_l_k():
     """Erratum E2: FA2's ``-1`` is WIN-3's ``None`` (and any side >= L_k changes nothing) when
     L_q <= L_k + 1. With L_q >= L_k + 2 the clamping shows: a bounded left side makes a right side
@@ -217,16 +151,6 @@ def test_fa3_minus_one_is_unbounded():
 
 # ------------------------------------------------------------------ jax.nn.dot_product_attention
 
-def jax_lse(q, k, allowed, scale):
-    """jax/_src/nn/functions.py:877-884 (masked logits = -0.7 * finfo(float32).max, finite),
-    :927-941 (``jnp.where(mask, logits, large_negative)``), :996-999 (``return_residual``: the
-    logsumexp of those padded logits, laid out (B, T, N)). Returned here as (B, h, L_q)."""
-    s = scale * np.einsum("bhqd,bhkd->bhqk", q, k)
-    s = np.where(allowed[:, None], s, -0.7 * float(np.finfo(np.float32).max))
-    m = s.max(-1)
-    return m + np.log(np.exp(s - m[..., None]).sum(-1))
-
-
 def test_jax_return_residual_is_lse_1_except_on_empty_rows():
     """Fixed on the conventions page: ``dot_product_attention(..., return_residual=True)`` returns
     an lse. It equals LSE-1 (transposed from (B, T, N)) on rows with a key; an empty row gets the
@@ -253,68 +177,6 @@ def _causal_band(l_q, l_k, offset, back, forward=0):
     i = np.arange(l_q)[:, None] + offset
     j = np.arange(l_k)[None, :]
     return (j >= i - back) & (j <= i + forward)
-
-
-def hf_sliding_causal(w, l_q, past):
-    """transformers masking_utils.py:97 (``kv_idx > q_idx - sliding_window``) AND :78 (``kv_idx <=
-    q_idx``), with ``q_idx = i + q_offset`` (:530, ``q_offset`` = the cache's length) and
-    ``kv_idx = j`` (a DynamicCache's keys start at 0)."""
-    q_idx = np.arange(l_q)[:, None] + past
-    kv_idx = np.arange(past + l_q)[None, :]
-    return (kv_idx > q_idx - w) & (kv_idx <= q_idx)
-
-
-def hf_sliding_bidirectional(w, n):
-    """transformers masking_utils.py:147: ``abs(q_idx - kv_idx) <= sliding_window``."""
-    idx = np.arange(n)
-    return np.abs(idx[:, None] - idx[None, :]) <= w
-
-
-def gemma_pytorch_local(w, n):
-    """gemma_pytorch gemma/model.py:672-675: ``triu(full(-2.38e38), 1)`` plus ``tril(full(-2.38e38),
-    -sliding_window_size)``; a key is allowed where the sum is 0."""
-    big = np.full((n, n), -2.3819763e38)
-    return (np.triu(big, 1) + np.tril(big, -w)) == 0
-
-
-def xformers_local(w, l_q, l_k):
-    """xformers ops/fmha/attn_bias.py:135-137 (@29163217): ``tril(diagonal=shift)`` then
-    ``triu(diagonal=shift - window_size + 1)``, shift = L_k - L_q (from the bottom right)."""
-    ones = np.ones((l_q, l_k))
-    shift = l_k - l_q
-    return np.triu(np.tril(ones, shift), shift - w + 1) == 1
-
-
-def vllm_window(w):
-    """vllm/v1/attention/backends/flash_attn.py ``FlashAttentionImpl.__init__`` (@0084b78):
-    ``self.sliding_window = (sliding_window - 1, 0)``, FlashAttention's ``window_size``."""
-    return (w - 1, 0)
-
-
-def mistral_prefill(w, n):
-    """mistral-src one_file_ref.py:259-262 (@c18d5b9): ``triu(tril(ones), diagonal=-sliding_window)``
-    then ``log``: key j for query i iff i - W <= j <= i."""
-    return np.triu(np.tril(np.ones((n, n))), -w) == 1
-
-
-def mistral_decode(k, v, w):
-    """mistral-src one_file_ref.py:123-134 (@c18d5b9), one token at a time: a rotating cache of W
-    slots (``positions % sliding_window``), the token written before it attends, no mask, keys
-    ``cache[:cur_pos]``. k, v (h, n, d) -> for each position t the (keys, values) it attends."""
-    cache_k, cache_v = np.zeros((k.shape[0], w, k.shape[2])), np.zeros((v.shape[0], w, v.shape[2]))
-    attended = []
-    for t in range(k.shape[1]):
-        cache_k[:, t % w], cache_v[:, t % w] = k[:, t], v[:, t]
-        attended.append((cache_k[:, :t + 1].copy(), cache_v[:, :t + 1].copy()))
-    return attended
-
-
-def attention_gym_sliding(w, n):
-    """attention-gym attn_gym/masks/sliding_window.py:18-21: ``q_idx - kv_idx <= window_size`` AND
-    the causal mask."""
-    idx = np.arange(n)
-    diff = idx[:, None] - idx[None, :]
-    return (diff <= w) & (diff >= 0)
 
 
 def _same_as_oracle(rng, allowed, l_q, l_k, **spec_arguments):
@@ -371,17 +233,6 @@ def test_mistral_reference_decode_sees_w_keys_so_it_is_not_its_prefill(w):
 
 # ------------------------------------------------------------------ flash_attn_with_kvcache
 
-def fa2_kvcache_allowed(cache_seqlens, l_q: int, l_new: int, l_all: int):
-    """flash_attn_with_kvcache: the new keys are written at ``cache_seqlens`` (Append_KV), the
-    kernel attends ``actual_seqlen_k = cache_seqlens + L_new`` keys (csrc/flash_attn/src/
-    block_info.h:24) with its bottom-right causal mask (mask.h:54): key j for query i iff
-    ``j < c + L_new`` and ``j <= i + c + L_new - L_q``. -> (B, L_q, L_all) bool."""
-    c = np.asarray(cache_seqlens)[:, None, None]
-    i = np.arange(l_q)[None, :, None]
-    j = np.arange(l_all)[None, None, :]
-    return (j < c + l_new) & (j <= i + c + l_new - l_q)
-
-
 def test_flash_attn_with_kvcache_diagonal_is_cache_seqlens_plus_l_new_minus_l_q():
     """Erratum E4: ``flash_attn_with_kvcache`` is SEG-3's bottom-right causal mask with
     ``key_value_seq_lengths = cache_seqlens + L_new`` over the updated cache, always; it is CACHE-2
@@ -421,41 +272,6 @@ def test_flash_attn_with_kvcache_diagonal_is_cache_seqlens_plus_l_new_minus_l_q(
 
 
 # ------------------------------------------------------------------ segments
-
-def splash_allowed(q_ids, kv_ids, *, offset=0, window=None):
-    """jax splash attention (jax/experimental/pallas/ops/tpu/splash_attention/): the mask is a
-    function of *global* indices (splash_attention_mask.py:314-321 ``CausalMask``: ``q_ids + offset
-    >= kv_ids``; :434-458 ``LocalMask``: ``shifted_q_ids - left <= kv_ids <= shifted_q_ids +
-    right``; the kernel calls it on the block's q / kv sequence indices, splash_attention_kernel.py
-    :654), ANDed with segment equality (:662-680; the reference: :184-188
-    ``segment_ids.q[:, None] == segment_ids.kv[None, :]``). ids (L_q,), (L_k,) -> (1, L_q, L_k)."""
-    qi = np.arange(len(q_ids))[:, None] + offset
-    kj = np.arange(len(kv_ids))[None, :]
-    ok = kj <= qi if window is None else (qi - window[0] <= kj) & (kj <= qi + window[1])
-    return (ok & (q_ids[:, None] == kv_ids[None, :]))[None]
-
-
-def fa_varlen_allowed(n_q, n_k):
-    """FlashAttention varlen, ``causal=True``: each sequence s of ``cu_seqlens_q`` / ``cu_seqlens_k``
-    is its own problem (block_info.h:19-24, ``actual_seqlen_q/k`` per sequence) with the
-    bottom-right mask (mask.h:54) on indices within it. Sequence lengths n_q, n_k -> (1, ΣL_q, ΣL_k)."""
-    blocks = np.zeros((sum(n_q), sum(n_k)), bool)
-    r = c = 0
-    for lq, lk in zip(n_q, n_k):
-        i, j = np.arange(lq)[:, None], np.arange(lk)[None, :]
-        blocks[r:r + lq, c:c + lk] = j <= i + lk - lq
-        r, c = r + lq, c + lk
-    return blocks[None]
-
-
-def attention_gym_document(doc_ids, inner):
-    """attention-gym attn_gym/masks/document_mask.py:53-58: same document AND ``inner(q_logical,
-    kv_logical)`` with ``q_logical = q_idx - offsets[document_id[q_idx]]`` (index within the
-    document). doc_ids (L,) contiguous -> (1, L, L)."""
-    offsets = {d: int(np.argmax(doc_ids == d)) for d in np.unique(doc_ids)}
-    logical = np.arange(len(doc_ids)) - np.array([offsets[d] for d in doc_ids])
-    return ((doc_ids[:, None] == doc_ids[None, :]) & inner(logical[:, None], logical[None, :]))[None]
-
 
 def _contiguous(rng, length, n):
     return np.sort(rng.integers(0, n, length))
@@ -505,19 +321,6 @@ def test_splash_global_index_masks_equal_seg_3_only_for_ids_laid_out_alike():
 
 
 # ------------------------------------------------------------------ ALiBi slopes and signs
-
-def paper_slopes(n: int) -> list[float]:
-    """The ALiBi paper's ``get_slopes`` (ofirpress/attention_with_linear_biases
-    fairseq/models/transformer.py:742-752): the geometric sequence for a power of two; otherwise
-    that of the nearest lower power of two, then every other slope of twice that many heads."""
-    def power_of_2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
-        return [start * start ** i for i in range(n)]
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + paper_slopes(2 * closest)[0::2][:n - closest]
-
 
 def test_the_papers_slopes_are_the_geometric_sequence_only_for_a_power_of_two():
     """Erratum E6: ``2^(-8 (h' + 1) / h)`` (conformance.features.geometric_slopes) is the paper's
@@ -572,81 +375,10 @@ def test_onnx_stores_scale_and_softcap_as_float32():
     assert 1e-12 < moved < 1e-7
 
 
-# ------------------------------------------------------------------ the window-size convention key
-
-def test_the_window_size_convention_key_catches_a_window_one_key_short():
-    """``mhaspec conventions``' ``window-size`` key: an adapter that passes the spec's
-    ``window=(left, 0)`` to a Hugging Face-style ``sliding_window = W`` (W keys,
-    :func:`hf_sliding_causal`) must translate W = left + 1; untranslated (W = left) it is one key
-    short, and the check confirms the difference on its case."""
-    from mhaspec import conventions
-    from mhaspec.backends import masks
-    from mhaspec.backends.adapters import NumpyAdapter
-
-    def softmax_attention(q, k, v, m, band):
-        allowed = masks.allowed_mask(q.shape[2], k.shape[2], like=q, mask=m.mask,
-                                     key_padding_mask=m.key_padding_mask)
-        allowed = band if allowed is None else allowed & band
-        logits = np.where(allowed, q @ k.swapaxes(-1, -2) * m.scale, -np.inf)
-        top = logits.max(axis=-1, keepdims=True)
-        w = np.exp(logits - np.where(np.isfinite(top), top, 0))
-        return w / np.maximum(w.sum(axis=-1, keepdims=True), 1e-300) @ v, None
-
-    class SlidingWindow(NumpyAdapter):
-        native_op = "a sliding_window = W function (Hugging Face's rule)"
-        capabilities = frozenset({"sdpa", "masks", "causal", "errors", "window"})
-        conventions = {"window-size": ("WIN-1", "sliding_window = W means W keys: the spec's "
-                                                "window=(W - 1, 0) is passed as W = left + 1")}
-
-        def attention(self, q, k, v, m):
-            band = masks.allowed_mask(q.shape[2], k.shape[2], like=q, causal=m.causal)
-            return softmax_attention(q, k, v, m, True if band is None else band)
-
-        def attention_features(self, q, k, v, m, features):
-            if features.window is None or features.window[1] != 0 or m.causal != "bottom_right" \
-                    or features.positions is not None or features.window[0] is None:
-                return NotImplemented
-            w = features.window[0] + (1 if self.translates("window-size") else 0)
-            return softmax_attention(q, k, v, m, hf_sliding_causal(w, q.shape[2],
-                                                                   k.shape[2] - q.shape[2]))
-
-    [row] = conventions.confirm(SlidingWindow("sliding-window-test"))
-    assert row.convention == "window-size" and row.confirmed, row
-    assert row.translated.startswith("agrees") and "differs" in row.untranslated
-
-
 # ------------------------------------------------------------------ spec 1.3's notes (E8-E11)
 #
 # gpt-oss @ 7b58334; FlashInfer @ fb28d72; onnxruntime @ 008eeb96 (the CPU GroupQueryAttention
 # kernel of an older release); the installed jax 0.10.2 and torch 2.13 (files on disk).
-
-def gpt_oss_sliding(w, n):
-    """gpt-oss gpt_oss/torch/model.py:161-165 (``sdpa``): ``triu(full(-inf), diagonal=1)`` plus, with
-    ``sliding_window > 0``, ``tril(full(-inf), diagonal=-sliding_window)``: key j for query i iff
-    i - W < j <= i."""
-    idx = np.arange(n)
-    diff = idx[:, None] - idx[None, :]
-    return (diff >= 0) & (diff < w)
-
-
-def flashinfer_window_left(w, l_q, l_k):
-    """FlashInfer include/flashinfer/attention/variants.cuh:88-90 (``kv_idx + qo_len + window_left
-    >= kv_len + qo_idx``) AND the causal mask of prefill.cuh:1516-1517 (masked where ``kv_idx +
-    qo_len > kv_len + q_idx``): bottom-right, keys p - W <= j <= p with p = i + L_k - L_q."""
-    i = np.arange(l_q)[:, None]
-    j = np.arange(l_k)[None, :]
-    return (j + l_q + w >= l_k + i) & ~(j + l_q > l_k + i)
-
-
-def ort_cpu_local_window(w, l_q, past):
-    """onnxruntime contrib_ops/cpu/bert/gqa_attention_base.h @ 008eeb96, ``ComputeAttentionProbs``:
-    ``seq_causal_length = past_seqlen + seq + 1``; when it exceeds ``local_window_size_ + 1`` the
-    first ``seq_causal_length - local_window_size_ - 1`` probabilities are zeroed and the softmax
-    runs over the last ``local_window_size_ + 1``: W + 1 keys."""
-    causal_length = past + np.arange(l_q)[:, None] + 1
-    j = np.arange(past + l_q)[None, :]
-    return (j < causal_length) & (j >= causal_length - w - 1)
-
 
 @pytest.mark.parametrize("w", [1, 2, 3, 5])
 def test_sliding_window_w_is_w_keys_in_gpt_oss_and_w_plus_1_in_flashinfer_and_older_ort_cpu(w):
@@ -665,25 +397,6 @@ def test_sliding_window_w_is_w_keys_in_gpt_oss_and_w_plus_1_in_flashinfer_and_ol
                         window=(w, 0))
     n = w + 3  # the conventions differ by one key once a row has more than W + 1 keys before it
     assert not np.array_equal(gpt_oss_sliding(w, n), flashinfer_window_left(w, n, n))
-
-
-def flashinfer_lse(q, k, allowed, scale):
-    """FlashInfer's log-sum-exp, base 2: the logits are multiplied by ``sm_scale * log2e``
-    (include/flashinfer/attention/variants.cuh:54) and the state returns ``m + log2(d)``
-    (state.cuh:45; m the row maximum, d the sum of ``exp2`` of the shifted logits). (B, h, L_q)."""
-    s = scale * math.log2(math.e) * np.einsum("bhqd,bhkd->bhqk", q, k)
-    s = np.where(allowed[:, None], s, -np.inf)
-    m = s.max(-1)
-    return m + np.log2(np.exp2(s - m[..., None]).sum(-1))
-
-
-def flashinfer_merge(v_a, s_a, v_b, s_b):
-    """FlashInfer include/flashinfer/attention/cascade.cuh:53-72 (``MergeStateKernel``; ``s_a``,
-    ``s_b`` base 2 as its :42 says): weights ``exp2(s - max)``, merged lse ``log2(d) + max``."""
-    s_max = np.maximum(s_a, s_b)
-    a, b = np.exp2(s_a - s_max), np.exp2(s_b - s_max)
-    d = a + b
-    return (a / d)[..., None] * v_a + (b / d)[..., None] * v_b, np.log2(d) + s_max
 
 
 def test_flashinfer_lse_is_lse_1_in_base_2():
