@@ -66,6 +66,7 @@ from .arg_checks import REJECTION_CLAUSES
 from .feature_checks import Features
 from .algorithms import ALGORITHMS, Algorithm
 from .calls import LEFT_TO_LIBRARY, MaskArgs
+from .sub_cases import FOLDED
 from .jax_backend import JaxBackend
 from .np_backend import NumpyBackend
 from .tf_backend import TensorFlowBackend
@@ -140,6 +141,12 @@ class NativeAdapter:
         """None, read-only: the op computes (the masks and projections around it are
         PROJECTIONS')."""
         return None
+
+    def folded_by_adapter(self) -> list[str]:
+        """The capabilities of :data:`~.sub_cases.FOLDED` this adapter served by folding them
+        (not through the library's own arguments) in the calls since the last ask; the suite asks
+        after every test, and a pass of their clauses is then the adapter's."""
+        return self.computation.take_folds()
 
     @property
     def validated_clauses(self) -> frozenset[str]:
@@ -241,17 +248,34 @@ class NativeComputation(Computation):
     """The computation of a native adapter (``adapter.computation``): the library's op where the
     spec's algorithm would run, the spec's projections (:data:`PROJECTIONS`) around it. A
     feature call goes to ``attention_features`` / ``mha_features`` when they answer, else its
-    features are folded into the masks (the generic path) before ``attention`` / ``mha``."""
+    features are folded into the masks (the generic path) before ``attention`` / ``mha``; which of
+    the two served each :data:`~.sub_cases.FOLDED` capability is kept until :meth:`take_folds`."""
 
     def __init__(self, adapter: NativeAdapter):
         super().__init__(adapter.ops, PROJECTIONS)
         self.adapter = adapter
+        self.by_library: set[str] = set()  # FOLDED capabilities the op's own arguments served
+        self.by_fold: set[str] = set()  # ... the generic path served
+
+    def served(self, feats: Features, native) -> None:
+        """Note who served the FOLDED capabilities of a call: the library (``native`` is its
+        answer) or the adapter's fold (``native`` is NotImplemented)."""
+        used = feats.capabilities & FOLDED
+        (self.by_fold if native is NotImplemented else self.by_library).update(used)
+
+    def take_folds(self) -> list[str]:
+        """The FOLDED capabilities the generic path served in every call since the last take (and
+        the op's own arguments in none); forgets them."""
+        folds = sorted(self.by_fold - self.by_library)
+        self.by_fold, self.by_library = set(), set()
+        return folds
 
     def sdpa(self, q, k, v, masks: MaskArgs, feats: Features) -> AttentionOutputs:
         if feats.in_use:
             # the cap has one value wherever the adapter reads it: masks.softcap as in attention()
             native = self.adapter.attention_features(q, k, v, masks._replace(softcap=feats.softcap),
                                                      feats)
+            self.served(feats, native)
             if native is not NotImplemented:
                 return native if isinstance(native, AttentionOutputs) else AttentionOutputs(*native)
         return super().sdpa(q, k, v, masks, feats)
@@ -264,6 +288,7 @@ class NativeComputation(Computation):
             native = self.adapter.mha_features(query, key, value, p, num_heads,
                                                masks._replace(softcap=feats.softcap), feats,
                                                num_kv_heads)
+            self.served(feats, native)
             if native is not NotImplemented:
                 return native
         return super().mha(query, key, value, p, num_heads, masks, feats, num_kv_heads)

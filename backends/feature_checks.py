@@ -92,6 +92,16 @@ class Features(NamedTuple):
         return self.lse or self.cached
 
     @property
+    def capabilities(self) -> frozenset[str]:
+        """The optional capabilities the call's features use (their names in ``sub_cases.USES``);
+        a cache's positions are the cache's (segments and lengths do not combine with one)."""
+        used = {"softcap": self.softcap is not None, "window": self.window is not None,
+                "chunk": self.chunk is not None, "alibi": self.slopes is not None,
+                "segments": self.positions is not None and not self.cached,
+                "kv_cache": self.cached, "sink": self.sinks is not None, "lse": self.lse}
+        return frozenset(c for c, u in used.items() if u)
+
+    @property
     def in_use(self) -> bool:
         """Whether any feature is in use (False: the call is a spec 1.1 call)."""
         return any(x is not None for x in self[:-1]) or self.lse

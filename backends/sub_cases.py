@@ -34,6 +34,12 @@ USES: dict[str, tuple[str, ...]] = {
     "kv_cache": ("past_key", "past_value"),
     "lse": ("lse",),
 }
+#: The capabilities a native adapter's generic path serves itself when the library's own arguments
+#: do not (``attention_features`` / ``mha_features`` answer ``NotImplemented``): windows, chunks,
+#: segments and lengths folded into the boolean mask, ALiBi's bias computed, the KV cache laid out
+#: before the op is called, sinks merged through the op's log-sum-exp. A pass of their clauses is
+#: then the adapter's, and the certificate says so (``folded_by_adapter``, "pass (adapter fold)").
+FOLDED = frozenset({"window", "chunk", "segments", "alibi", "kv_cache", "sink"})
 #: the argument names a rule may use
 ARGUMENTS = frozenset(a for names in USES.values() for a in names) | {"alignment", "num_kv_heads"}
 #: the keys of a rule

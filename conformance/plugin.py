@@ -66,8 +66,8 @@ from mhaspec.backends import loadable, registered_backends
 from mhaspec.backends.claim_readers import OPS, op_capabilities
 from mhaspec.spec import load as load_spec
 
-from . import (activation, cell, clause_capabilities, condition_audit, expect, observation, results,
-               scheduling, strategies)
+from . import (activation, adapter_credit, cell, clause_capabilities, condition_audit, expect,
+               observation, results, scheduling, strategies)
 from .cell_params import DECLARED, cell_params
 from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
 from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
@@ -449,8 +449,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if record is not None:
         del record["why"]
         info = {**record, "ratios": state.ratios, "calls": state.calls, "examples": state.examples,
-                "validated_by_adapter": _validated_by_adapter(cell.of_item(item).backend,
-                                                              record["clauses"])}
+                "validated_by_adapter": adapter_credit.validated_by_adapter(
+                    cell.of_item(item).backend, record["clauses"])}
+        if report.when == "call":  # what the adapter served by folding in the test's calls
+            info["folded_by_adapter"] = adapter_credit.folded_by_adapter(cell.of_item(item).backend)
         if report.when == "call":  # the rows of each clause's condition space its cases held,
             # and the values a capability the backend does not claim kept out (not implemented)
             claims = op_capabilities(cell.of_item(item).backend, item.callspec.params.get("op"))
@@ -466,15 +468,6 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             state.last_call = None  # its arrays are not kept for the rest of the run
         report.user_properties.append(("mhaspec", info))
     return report
-
-
-def _validated_by_adapter(backend, clauses: list[str]) -> list[str]:
-    """The clauses of a test that the backend's adapter satisfies by its shared validation
-    (``validated_clauses``): none when the test names a clause left to the library
-    (``library_validates``), whose invalid input then reaches the library."""
-    if set(clauses) & set(getattr(backend, "library_validates", ())):
-        return []
-    return sorted(set(clauses) & set(getattr(backend, "validated_clauses", ())))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

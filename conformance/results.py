@@ -243,7 +243,8 @@ def write_summary(tr, collector: Collector) -> None:
                  if (b, c) in table else "" for b in backends]
         tr.write_line(f"{c:<9} " + " ".join(s.rjust(width) for s in cells))
     if any(c.get("satisfied_by") for b in backends for c in report[b]["clauses"]):
-        tr.write_line("ok*: passed by the adapter's shared argument validation, not by the library")
+        tr.write_line("ok*: passed by the adapter (its shared argument validation, or its fold of a "
+                      "feature into the masks), not by the library")
     for b in backends:
         for c in report[b]["clauses"]:
             if c.get("stale_on"):

@@ -14,7 +14,9 @@ matrix and the command line all call it, and no other module holds a verdict rul
 * A **clause entry** (the certificate's ``clauses``) comes from :func:`clause_verdicts`; its
   ``verdict`` is one of :data:`CLAUSE_VERDICTS` and ``not_run_on`` lists the ``device/dtype`` cells
   where some of its tests did not run. A pass that the adapter's validation made, not the library,
-  carries ``satisfied_by: "adapter"`` (:func:`satisfied_by`); a stale deviation names the cells
+  carries ``satisfied_by: "adapter"``, and one whose feature the adapter folded into the masks in
+  every test that ran (windows, segments, ALiBi, ...: each result's ``folded_by_adapter``)
+  ``satisfied_by: "adapter fold"`` (:func:`satisfied_by`); a stale deviation names the cells
   where it did not deviate in ``stale_on`` (:func:`stale_cells`). :func:`entry_problem` is the
   rule those fields follow; :func:`verdict_label` and :func:`backend_notes` word them.
 * The **backend verdict** is :func:`overall_verdict` over the clause entries, one of
@@ -32,6 +34,10 @@ import statistics
 
 from collections import Counter
 from typing import Iterable
+
+from mhaspec.backends.sub_cases import FOLDED
+
+from .clause_capabilities import NEEDS
 
 #: Outcome of one test item, worst first.
 SEVERITY = ["fail", "stale-deviation", "deviation", "pass", "not-implemented", "unavailable"]
@@ -52,6 +58,9 @@ BACKEND_VERDICTS = (DOES_NOT_CONFORM, INCOMPLETE, CONFORMS, NOT_CHECKED)
 BAD = ("fail", "stale-deviation")
 #: ``satisfied_by`` of a pass made by an adapter's shared argument validation, not by the library
 ADAPTER = "adapter"
+#: ``satisfied_by`` of a pass whose feature the adapter folded into the masks (or laid out, for a
+#: KV cache; merged, for sinks) in every test that ran, not the library's own mechanism
+ADAPTER_FOLD = "adapter fold"
 #: Outcomes of results that did not exercise the backend.
 NOT_EXERCISED = ("unavailable", "not-implemented")
 
@@ -121,12 +130,23 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
 def satisfied_by(clause_id: str, runs: list[dict]) -> str | None:
     """Who satisfied a passed clause, when not the library: "adapter" when every test of it that
     ran was satisfied by the adapter's shared argument validation (each result's
-    ``validated_by_adapter`` names the clause: the library never saw the invalid input); None
-    when the library's own behaviour was judged in at least one."""
+    ``validated_by_adapter`` names the clause: the library never saw the invalid input); "adapter
+    fold" when the clause's feature (:func:`folded_feature`) was served by the adapter's fold in
+    every test of it that ran (each result's ``folded_by_adapter`` names it); None when the
+    library's own behaviour was judged in at least one."""
     ran = [r for r in runs if r["outcome"] not in NOT_EXERCISED]
     if ran and all(clause_id in r.get("validated_by_adapter", ()) for r in ran):
         return ADAPTER
+    feature = folded_feature(clause_id)
+    if ran and feature and all(feature <= set(r.get("folded_by_adapter", ())) for r in ran):
+        return ADAPTER_FOLD
     return None
+
+
+def folded_feature(clause_id: str) -> frozenset[str]:
+    """The capabilities of a clause an adapter may serve by folding (:data:`NEEDS` met with
+    :data:`~mhaspec.backends.sub_cases.FOLDED`: WIN-1's "window"); empty for the others."""
+    return NEEDS.get(clause_id, frozenset()) & FOLDED
 
 
 def stale_cells(runs: list[dict]) -> list[str]:
@@ -136,13 +156,18 @@ def stale_cells(runs: list[dict]) -> list[str]:
 
 def entry_problem(entry: dict, adapter_clauses: frozenset[str]) -> str | None:
     """What is wrong with a clause entry's ``satisfied_by`` and ``stale_on`` (None: nothing).
-    ``satisfied_by`` goes with a pass of a clause in ``adapter_clauses`` (those shared validation
-    can satisfy); ``stale_on`` names cells where the clause ran, and goes with every stale
+    ``satisfied_by`` "adapter" goes with a pass of a clause in ``adapter_clauses`` (those shared
+    validation can satisfy), "adapter fold" with a pass of a clause of a folded feature; ``stale_on`` names cells where the clause ran, and goes with every stale
     deviation and with a failure (worse than stale, in other cells or tests) only."""
     by = entry.get("satisfied_by")
-    if by is not None and (entry["verdict"] != "pass" or entry["id"] not in adapter_clauses):
+    if by == ADAPTER and (entry["verdict"] != "pass" or entry["id"] not in adapter_clauses):
         return (f"clause {entry['id']} is {entry['verdict']} and says it was satisfied by the "
                 f"{by}, which only a pass of a rejection clause can be")
+    if by == ADAPTER_FOLD and (entry["verdict"] != "pass" or not folded_feature(entry["id"])):
+        return (f"clause {entry['id']} is {entry['verdict']} and says it was satisfied by the "
+                f"{by}, which only a pass of a clause of a folded feature can be")
+    if by not in (None, ADAPTER, ADAPTER_FOLD):
+        return f"clause {entry['id']} says it was satisfied by {by!r}"
     stale = entry.get("stale_on")
     if entry["verdict"] == "stale-deviation" and not stale or stale and entry["verdict"] not in BAD:
         return f"clause {entry['id']} is {entry['verdict']} with stale_on {stale}"
@@ -176,11 +201,16 @@ def backend_notes(clauses: list[dict]) -> list[str]:
     """The lines a summary adds under a backend's verdict: the clauses its adapter's validation
     satisfied instead of the library, and the cells of each stale deviation."""
     by_adapter = [c["id"] for c in clauses if c.get("satisfied_by") == ADAPTER]
+    by_fold = [c["id"] for c in clauses if c.get("satisfied_by") == ADAPTER_FOLD]
     stale = [f"{c['id']} on {', '.join(c['stale_on'])}" for c in clauses if c.get("stale_on")]
     notes = []
     if by_adapter:
         notes.append(f"{len(by_adapter)} passed by the adapter's shared argument validation, not "
                      f"by the library (invalid input never reached it): {', '.join(by_adapter)}")
+    if by_fold:
+        notes.append(f"{len(by_fold)} passed by the adapter's fold, not by the library's own "
+                     f"mechanism (the feature folded into the masks, or the cache laid out, before "
+                     f"the library was called): {', '.join(by_fold)}")
     if stale:
         notes.append("declared deviations that did not deviate (stale) in these cells: "
                      + "; ".join(stale) + " (where one deviates in other cells, narrow it to "

@@ -29,7 +29,7 @@ def one_certificate(tmp_path):
     certs.mkdir()
     shutil.copy(SDPA_MATH, certs)
     page = tmp_path / "page.md"
-    page.write_text(f"# t\n\n{scoreboard.START}\nold\n{scoreboard.END}\n\nrest\n", encoding="utf-8")
+    page.write_text(f"# t\n\n{scoreboard.START}\nthe previous section\n{scoreboard.END}\n\nrest\n", encoding="utf-8")
     return certs, page, tmp_path / "assets" / "board.svg"
 
 
@@ -102,7 +102,7 @@ def test_the_command_writes_the_grid_linked_to_certificates_and_the_image(one_ce
     assert cli.main(["scoreboard", "--certificates", str(certs), "--page", str(page),
                      "--image", str(image)]) == 0
     text = page.read_text(encoding="utf-8")
-    assert "old" not in text and text.endswith("rest\n")
+    assert "the previous section" not in text and text.endswith("rest\n")
     assert "| [torch-sdpa-math](certs/torch-sdpa-math.md) | torch 2.13.0+cpu | conforms | " in text
     assert '[dev. 12/12](certs/torch-sdpa-math.md "a declared deviation, confirmed by the suite: ' \
            'MASK-13: ' in text

@@ -61,6 +61,9 @@ def read_claims(backend) -> dict:
                                          None)
     # spec 1.4, PAGE-1: the page sizes paged_attention takes are the multiples of this unit
     claims["page_size_unit"] = member("page_size_unit", getattr, backend, "page_size_unit", 1)
+    # whether it says which capabilities its adapter served by folding (adapters.NativeAdapter)
+    claims["reports_folds"] = member("folded_by_adapter", lambda: callable(
+        getattr(backend, "folded_by_adapter", None)))
     claims["framework_version"] = member("framework_version()",
                                          lambda: str(backend.framework_version()))
     scoped = getattr(backend, "capabilities_for", None)

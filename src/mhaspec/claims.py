@@ -35,7 +35,8 @@ class Claims:
     device -> its readable name (:func:`mhaspec.backend_host.device_name`); ``merge_conventions``:
     argument -> the values ``merge_states`` accepts (MERGE-3), None when the backend declares none
     (LSE-1's conventions alone); ``page_size_unit``: the page sizes ``paged_attention`` takes are
-    its multiples (PAGE-1; 1: every size)."""
+    its multiples (PAGE-1; 1: every size); ``reports_folds``: whether it answers
+    ``folded_by_adapter()`` (an adapter, :mod:`mhaspec.backends.adapters`)."""
 
     name: str
     framework: str
@@ -55,6 +56,7 @@ class Claims:
     device_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     merge_conventions: Mapping[str, tuple[str, ...]] | None = None
     page_size_unit: int = 1
+    reports_folds: bool = False
 
 
 def _str(what: str, v) -> str:
@@ -154,6 +156,7 @@ def checked(raw: dict) -> Claims:
         sub_cases=_sub_cases(raw.get("sub_cases", {})),
         merge_conventions=_merge_conventions(raw.get("merge_conventions")),
         page_size_unit=_page_size_unit(raw.get("page_size_unit", 1)),
+        reports_folds=raw.get("reports_folds") is True,
         device_names=MappingProxyType({
             d: _str(f"the name of device {d!r}", raw.get("device_names", {}).get(d))[:200]
             for d in dtypes}))

@@ -2,7 +2,8 @@
 
 A testable clause is **certified** when its verdict is ``pass`` or ``deviation`` (a declared
 deviation the suite confirmed; a pass an adapter's shared argument validation made, not the
-library, is counted and said apart: ``by_adapter``); ``not-implemented`` (a capability not
+library, is counted and said apart: ``by_adapter``; so is a pass of a feature the adapter folded
+into the masks instead of the library's own mechanism: ``by_fold``, ``folded``); ``not-implemented`` (a capability not
 claimed), ``not-run``, ``fail`` and ``stale-deviation`` are not. The chapters of a spec version are **core** or
 **optional** (an optional chapter says so in its title: "Gradients (optional)", "Soft-capping
 (optional: softcap)"). As with the Array API standard's extensions, each is a named
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from mhaspec.certificate import released_clauses, spec_label
+from mhaspec.conformance.verdicts import ADAPTER, ADAPTER_FOLD
 from mhaspec.spec import load
 
 #: Clause verdicts that certify a clause.
@@ -47,6 +49,8 @@ class Coverage(NamedTuple):
     chapters: dict[str, Tally]
     optional: tuple[str, ...]  # ids of the optional chapters, in spec order
     by_adapter: int = 0  # passes an adapter's shared argument validation made (``satisfied_by``)
+    by_fold: int = 0  # passes of a feature the adapter's fold served (``satisfied_by``)
+    folded: tuple[str, ...] = ()  # the chapters with such a pass
 
     @property
     def levels(self) -> list[str]:
@@ -76,7 +80,8 @@ def of(cert: dict) -> Coverage:
     optional_ids = {ch.id for ch in load().chapters if is_optional(ch.title)}
     counts: dict[str, list[int]] = {}
     core = [0, 0]
-    certified = deviations = by_adapter = 0
+    certified = deviations = by_adapter = by_fold = 0
+    folded: dict[str, None] = {}
     for clause in cert["clauses"]:
         if clause["id"] not in testable:
             continue
@@ -91,24 +96,35 @@ def of(cert: dict) -> Coverage:
         if ok:
             certified += 1
             deviations += clause["verdict"] == "deviation"
-            by_adapter += bool(clause.get("satisfied_by"))
+            by_adapter += clause.get("satisfied_by") == ADAPTER
+            if clause.get("satisfied_by") == ADAPTER_FOLD:
+                by_fold += 1
+                folded[chapter_of(clause["id"])] = None
     return Coverage(certified, deviations, len(testable), Tally(*core),
                     {ch: Tally(*t) for ch, t in counts.items()},
-                    tuple(ch for ch in counts if ch in optional_ids), by_adapter)
+                    tuple(ch for ch in counts if ch in optional_ids), by_adapter, by_fold,
+                    tuple(folded))
 
 
 def summary(cov: Coverage) -> str:
     """One line: ``42 of 73 testable clauses (3 by a declared deviation); core 30 of 50;
-    optional chapters: GQA, WIN, GRAD 1/2`` (a chapter named alone is attained whole; one with a
-    count in part; one with nothing certified is left out)."""
+    optional chapters: GQA, WIN, GRAD 1/2`` (:func:`chapter_label`; one with nothing certified is
+    left out)."""
     dev = ", ".join(([f"{cov.deviations} by a declared deviation"] if cov.deviations else [])
                     + ([f"{cov.by_adapter} by the adapter's argument validation"]
-                       if cov.by_adapter else []))
+                       if cov.by_adapter else [])
+                    + ([f"{cov.by_fold} by the adapter's fold"] if cov.by_fold else []))
     dev = f" ({dev})" if dev else ""
-    optional = [ch if cov.chapters[ch].complete else f"{ch} {cov.chapters[ch]}"
-                for ch in cov.optional if cov.chapters[ch].certified]
+    optional = [chapter_label(cov, ch) for ch in cov.optional if cov.chapters[ch].certified]
     return (f"{cov.certified} of {cov.testable} testable clauses{dev}; core {cov.core.certified} "
             f"of {cov.core.testable}; optional chapters: {', '.join(optional) or 'none'}")
+
+
+def chapter_label(cov: Coverage, ch: str) -> str:
+    """An optional chapter as a summary names it: ``WIN`` attained whole, ``GRAD 1/2`` in part,
+    ``WIN (adapter fold)`` when a pass in it was the adapter's fold, not the library's."""
+    label = ch if cov.chapters[ch].complete else f"{ch} {cov.chapters[ch]}"
+    return f"{label} (adapter fold)" if ch in cov.folded else label
 
 
 def headline(cert: dict) -> str:

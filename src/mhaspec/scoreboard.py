@@ -93,6 +93,12 @@ class Board(NamedTuple):
         return self.core + self.optional
 
 
+#: the mark of a chapter with a pass the adapter's fold made (``satisfied_by`` "adapter fold")
+FOLD_MARK = "*"
+FOLD_NOTE = ("a clause of it passed by the adapter's fold (the feature folded into the masks, or "
+             "the cache laid out, by the adapter), not by the library's own mechanism")
+
+
 def attribute(text: object) -> str:
     """``text`` safe as a Markdown link title (an HTML attribute): one line, every character
     other than a letter, digit, space or ``,.:;-`` written as an HTML character reference, so
@@ -180,6 +186,8 @@ def _cell(row: Row, ch: str, target: str) -> str:
     word, meaning, _ = STYLE[verdict]
     tally = row.coverage.chapters.get(ch)
     text = word if verdict in ("not-implemented", "not-run") or tally is None else f"{word} {tally}"
+    if ch in row.coverage.folded:
+        text, notes = f"{text}{FOLD_MARK}", [*notes, FOLD_NOTE]
     tip = attribute(meaning + (": " + "; ".join(notes) if notes else ""))
     return f'[{text}]({target} "{tip}"){{ .mh-{verdict} }}'
 
@@ -219,13 +227,13 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
                      f"{md_text(row.library)} | {row.verdict} | "
                      f"{cov.certified} of {cov.testable}{dev} | {cov.core.certified} of "
                      f"{cov.core.testable} | "
-                     f"{', '.join(ch for ch in cov.levels if ch != 'core') or 'none'} |")
+                     f"{', '.join(coverage.chapter_label(cov, ch) for ch in cov.levels if ch != 'core') or 'none'} |")
     legend = "; ".join(f"**{word}**: {meaning}" for key, (word, meaning, _) in STYLE.items()
                        if key != "stale-deviation")
     lines += ["", f"Each cell is the worst verdict of the chapter's clauses and how many of its "
                   f"testable clauses were certified ({legend}). Click a cell for the certificate "
                   "(every clause, its runs and the declared deviations); hover for the clauses "
-                  "behind the word.", "", "### Core chapters", "",
+                  f"behind the word. {FOLD_MARK}: {FOLD_NOTE}.", "", "### Core chapters", "",
               *_grid(board, board.core, link_dir), "", "### Optional chapters", "",
               *_grid(board, board.optional, link_dir)]
     if board.superseded:
@@ -262,6 +270,7 @@ def render_image(board: Board, path: pathlib.Path) -> None:
                 verdict = row.cells[ch][0]
                 tally = row.coverage.chapters.get(ch)
                 short = {"not-implemented": "n/c", "not-run": "–"}.get(verdict, str(tally))
+                short += FOLD_MARK if ch in row.coverage.folded else ""
                 ax.add_patch(Rectangle((x, i), 1, 1, facecolor=STYLE[verdict][2],
                                        edgecolor="#9e9e9e"))
                 ax.text(x + 0.5, i + 0.5, short, ha="center", va="center", fontsize=8,

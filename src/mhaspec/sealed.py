@@ -99,6 +99,8 @@ class SealedBackend:
         self.merge_conventions = claims.merge_conventions  # spec 1.4, MERGE-3
         self.page_size_unit = claims.page_size_unit  # spec 1.4, PAGE-1
         self.capabilities_for = None if claims.capabilities_for is None else self._scoped
+        if claims.reports_folds:  # an adapter's: asked after every test (conformance.plugin)
+            self.folded_by_adapter = self._folded_by_adapter
         self._ids = itertools.count(1)
         self._released: list[tuple[int, int]] = []  # (generation, id) no longer held here
         self._unread: weakref.WeakSet = weakref.WeakSet()  # arrays whose numpy is not known
@@ -170,6 +172,9 @@ class SealedBackend:
 
     def write_pages(self, *args, **kwargs):  # spec 1.4
         return self._call("write_pages", args, kwargs)
+
+    def _folded_by_adapter(self):
+        return self._call("folded_by_adapter", (), {})
 
     def close(self) -> None:
         self.process.stop()
