@@ -31,9 +31,11 @@ and ``alibi`` bias), so ``attention`` and ``mha`` see valid input only; translat
 whatever the library does (:data:`~.validation.REJECTION_CLAUSES`) are the adapter's, and the
 certificate says so (``validated_clauses``); ``library_validates`` names those of
 :data:`LEFT_TO_LIBRARY` whose arguments go to the library unchecked, so its own errors are
-judged. What the op cannot express: call :meth:`NativeAdapter.unsupported` (raises
-``NotImplementedError``, reported as such, never as a pass). Capabilities default to ``errors`` only: claim what the op has; declare what it does
-differently in ``deviations``.
+judged. What the op cannot express: state it in ``sub_cases`` (:mod:`.sub_cases`: arguments
+and shapes), so the suite leaves those calls out as not implemented; a call the rules allow
+that reaches :meth:`NativeAdapter.unsupported` (``NotImplementedError``) fails its test, and is
+never a pass. Capabilities default to ``errors`` only: claim what the op has; declare what it
+does differently in ``deviations``.
 
 Spec 1.2 features (capabilities "gqa", "softcap", "window", "alibi", "segments"): a call with one
 the adapter claims reaches ``attention`` / ``mha`` with the features folded into the masks (the
@@ -190,7 +192,8 @@ class NativeAdapter:
         return linear(self.ops, out, params.w_o, params.b_o), weights
 
     def unsupported(self, what: str):
-        """Raise ``NotImplementedError``: the op cannot express ``what``."""
+        """Raise ``NotImplementedError``: the op cannot express ``what`` (a failure of the test
+        unless ``sub_cases`` states the limit, which keeps such calls away)."""
         raise NotImplementedError(f"{self.name}: {self.native_op} cannot express {what}")
 
     def translates(self, key: str) -> bool:

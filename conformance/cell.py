@@ -175,7 +175,7 @@ def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
         observation.note(state, op, case.spec)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}
-    missing = observation.judge_sub_cases(state, impl.backend, op, kw)
+    missing = observation.judge_sub_cases(state, impl.backend, op, kw, case.spec)
     if missing and state is not None:  # a sub-case the backend does not support, in a test: not
         observation.not_implemented_call(missing)  # implemented, the backend not called
     if op == "sdpa":

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import currently_in_test_context, reject
 
-from mhaspec.backends.sub_cases import judge
+from mhaspec.backends.sub_cases import Sizes, judge
 from mhaspec.spec import oracle
 
 from . import extremes, features
@@ -158,14 +158,18 @@ def observe(spec: CaseSpec, op: str, dimensions: tuple[str, ...],
     return [{d: {**base, **extra}[d] for d in dimensions} for extra in rows]
 
 
-def judge_sub_cases(state, backend, op: str, kwargs: Mapping) -> list[str]:
-    """The sub-cases a call of ``op`` with the keyword arguments ``kwargs`` uses that ``backend``
-    does not support (its optional ``sub_cases``), kept in the test's record ``state``
-    (:class:`~.item_state.ItemState`, None outside a run) with the path (library or generic) of
-    the supported ones; [] when the backend supports the call."""
+def judge_sub_cases(state, backend, op: str, kwargs: Mapping,
+                    spec: CaseSpec | None = None) -> list[str]:
+    """The sub-cases a call of ``op`` with the keyword arguments ``kwargs`` on the case ``spec``
+    (its sizes; None: shape rules not judged) uses that ``backend`` does not support (its optional
+    ``sub_cases``), kept in the test's record ``state`` (:class:`~.item_state.ItemState`, None
+    outside a run) with the path (library or generic) of the supported ones; [] when the backend
+    supports the call."""
     rules = getattr(backend, "sub_cases", None) or {}
     given = [name for name, v in kwargs.items() if v is not None and v is not False]
-    missing, paths = judge(rules, given)
+    sizes = None if spec is None else Sizes(spec.heads, spec.kv_heads or spec.heads, spec.len_q,
+                                            spec.len_k, spec.d_k, spec.d_v)
+    missing, paths = judge(rules, given, op, sizes)
     if state is not None:
         state.sub_cases_left_out.update(f"{m} ({op})" for m in missing)
         state.sub_case_paths.update(f"{c}={p}" for c, p in paths.items())

@@ -1,7 +1,9 @@
-"""A backend that supports part of a capability and says so (``sub_cases``,
+"""Backends that support part of a capability and say so (``sub_cases``,
 mhaspec.backends.sub_cases): the reference backend (oracle_backend.py) whose windows work only
-with a causal mask, as some kernels' sliding windows do. Loaded with ``--backend
-sub_case_backends:WINDOW_ONLY_WITH_CAUSAL``."""
+with a causal mask, as some kernels' sliding windows do (``WINDOW_ONLY_WITH_CAUSAL``), and one
+whose KV cache needs d_v = d_k, as a kernel that keeps keys and values in one buffer does
+(``CACHE_NEEDS_EQUAL_WIDTHS``; ``CACHE_LIMIT_UNSTATED`` has the limit without the rule). Loaded
+with ``--backend sub_case_backends:NAME``."""
 
 from __future__ import annotations
 
@@ -29,3 +31,25 @@ def _causal_windows_only(kw) -> None:
 
 
 WINDOW_ONLY_WITH_CAUSAL = WindowOnlyWithCausal("window-only-with-causal")
+
+
+class CacheNeedsEqualWidths(OracleBackend):
+    """A KV cache only with d_v = d_k (any other cached call raises NotImplementedError), stated
+    as a shape rule."""
+
+    sub_cases = {"kv_cache": {"shapes": ("d_v == d_k",)}}
+
+    def scaled_dot_product_attention(self, q, k, v, **kw):
+        if kw.get("past_key") is not None and q.shape[-1] != v.shape[-1]:
+            raise NotImplementedError("a KV cache needs d_v = d_k")
+        return super().scaled_dot_product_attention(q, k, v, **kw)
+
+
+class CacheLimitUnstated(CacheNeedsEqualWidths):
+    """The same limit, not stated: its NotImplementedError is a failure."""
+
+    sub_cases = {}
+
+
+CACHE_NEEDS_EQUAL_WIDTHS = CacheNeedsEqualWidths("cache-needs-equal-widths")
+CACHE_LIMIT_UNSTATED = CacheLimitUnstated("cache-limit-unstated")

@@ -1,13 +1,15 @@
 """Sub-cases of a capability (mhaspec.backends.sub_cases): the rule as data, its check as a claim,
 and a backend whose windows work only with a causal mask, certified through the window, segment
 and cache chapters: the rest of windows is not implemented, never a pass or a failure, and the
-record says which supported calls took the library's own path and which the generic one."""
+record says which supported calls took the library's own path and which the generic one; and a
+backend whose cache needs d_v = d_k: stated as a shape rule, the other cached calls are not
+implemented; unstated, its NotImplementedError fails CACHE-1."""
 
 from __future__ import annotations
 
 import pytest
 
-from mhaspec.backends.sub_cases import check_rules, judge
+from mhaspec.backends.sub_cases import Sizes, check_rules, judge
 from mhaspec.claims import ClaimError, _sub_cases
 from suite_runner import run_suite
 
@@ -23,10 +25,22 @@ def test_a_call_outside_the_declared_sub_cases_is_not_supported():
         "softcap with mask"]
 
 
+def test_a_shape_rule_judges_the_sizes_of_a_call_using_its_capability():
+    rules = {"kv_cache": {"shapes": ("d_v == d_k",)}, "sdpa": {"shapes": ("d_k <= 256",)}}
+    square, wide = Sizes(2, 2, 3, 3, 4, 4), Sizes(2, 2, 3, 3, 4, 5)
+    assert judge(rules, {"past_key", "past_value"}, "sdpa", wide) == (
+        ["kv_cache with d_v != d_k"], {})
+    assert judge(rules, {"past_key", "past_value"}, "sdpa", square) == ([], {"kv_cache": "library"})
+    assert judge(rules, {"mask"}, "sdpa", wide) == ([], {})  # no cache: the rule does not apply
+    assert judge(rules, set(), "sdpa", Sizes(1, 1, 1, 1, 512, 4))[0] == ["sdpa with d_k > 256"]
+    assert judge(rules, set(), "mha", Sizes(1, 1, 1, 1, 512, 4)) == ([], {})
+
+
 def test_rules_are_checked_as_claims():
     assert check_rules({"window": {"with": "causal"}}) == {"window": {"with": ("causal",)}}
     for bad in ({"windows": {}}, {"window": {"only": ("causal",)}},
-                {"window": {"with": ("casual",)}}, ["window"]):
+                {"window": {"with": ("casual",)}}, ["window"],
+                {"kv_cache": {"shapes": ("d_v = d_k",)}}, {"kv_cache": {"with": ("d_v == d_k",)}}):
         with pytest.raises(ClaimError, match="sub_cases"):
             _sub_cases(bad)
 
@@ -52,3 +66,25 @@ def test_the_record_names_the_path_of_the_supported_calls(results):
     paths = {row["path"] for r in results for rows in r.get("conditions", {}).values()
              for row in rows if "path" in row}
     assert {"window=library", "window=generic"} <= paths, paths
+
+
+@pytest.fixture(scope="module")
+def cache_results(tmp_path_factory) -> list[dict]:
+    return run_suite(tmp_path_factory.mktemp("shapes"),
+                     ["sub_case_backends:CACHE_NEEDS_EQUAL_WIDTHS",
+                      "sub_case_backends:CACHE_LIMIT_UNSTATED"],
+                     "-k", "test_kv_cache", "--mhaspec-partial")
+
+
+def test_a_stated_shape_limit_is_not_implemented_an_unstated_one_fails(cache_results):
+    by = {name: [r for r in cache_results if r["backend"] == name]
+          for name in ("cache-needs-equal-widths", "cache-limit-unstated")}
+    stated, unstated = by["cache-needs-equal-widths"], by["cache-limit-unstated"]
+    assert stated and unstated
+    assert not [r["test"] for r in stated if r["outcome"] == "fail"]
+    assert {r["outcome"] for r in stated if "CACHE-1" in r["clauses"]} >= {"pass"}
+    left_out = {v for r in stated for vs in r.get("conditions_not_implemented", {}).values()
+                for v in vs}
+    assert any(v.startswith("sub-case kv_cache with d_v != d_k") for v in left_out), left_out
+    failed = {c for r in unstated if r["outcome"] == "fail" for c in r["clauses"]}
+    assert "CACHE-1" in failed, failed
