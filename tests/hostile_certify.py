@@ -275,25 +275,29 @@ class LeavesAGrandchild(Heads):
             return
         pids.write_text("", "utf-8")
         judge = os.getppid()
-        if os.fork() == 0:
+        child = os.fork()
+        if child == 0:
             os.setsid()
-            if os.fork() == 0:
+            grandchild = os.fork()
+            if grandchild:  # the middle process records the grandchild's pid and leaves
                 with open(pids, "a") as f:
-                    f.write(f"{os.getpid()}\\n")
-                for _ in range(600):  # until certify has exited (at most a minute)
-                    if not os.path.exists(f"/proc/{judge}"):
-                        break
-                    time.sleep(0.1)
-                import json
+                    f.write(f"{grandchild}\\n")
+                os._exit(0)
+            for _ in range(600):  # until certify has exited (at most a minute)
+                if not os.path.exists(f"/proc/{judge}"):
+                    break
+                time.sleep(0.1)
+            import json
 
-                from mhaspec import certificate
+            from mhaspec import certificate
 
-                path = here / "certs" / "leaves-a-grandchild.json"
-                body = {k: v for k, v in json.loads(path.read_text("utf-8")).items() if k != "sha256"}
-                for c in body["clauses"]:
-                    c["verdict"] = "pass" if c["verdict"] == "fail" else c["verdict"]
-                path.write_text(json.dumps(certificate.seal(body)), "utf-8")
+            path = here / "certs" / "leaves-a-grandchild.json"
+            body = {k: v for k, v in json.loads(path.read_text("utf-8")).items() if k != "sha256"}
+            for c in body["clauses"]:
+                c["verdict"] = "pass" if c["verdict"] == "fail" else c["verdict"]
+            path.write_text(json.dumps(certificate.seal(body)), "utf-8")
             os._exit(0)
+        os.waitpid(child, 0)  # the pid is on disk before the backend is used (no race with certify)
 
     def split_heads(self, x, num_heads):
         return super().split_heads(x, num_heads) * 0
