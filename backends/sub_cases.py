@@ -10,7 +10,8 @@ call (their protocol names, :data:`ARGUMENTS`), plain data so that it crosses a 
   (the adapter folds the feature into a boolean mask) instead of the library's own mechanism;
 * ``"shapes"``: conditions on the call's sizes a call using the capability must meet
   (:data:`SHAPES`: a cache only with ``d_v == d_k``). The capability may also be an operation,
-  ``"sdpa"`` or ``"mha"``: a rule every call of it must meet (``{"sdpa": {"shapes": ("d_k <= 256",)}}``).
+  ``"sdpa"`` or ``"mha"``: a rule every call of it must meet
+  (``{"sdpa": {"shapes": ("d_k <= 256",)}}``).
 
 A call using the capability that breaks the rule is not implemented: the suite reports it so
 (never as a pass or a failure) and does not call the backend. A backend that raises

@@ -451,10 +451,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         info = {**record, "ratios": state.ratios, "calls": state.calls, "examples": state.examples,
                 "validated_by_adapter": adapter_credit.validated_by_adapter(
                     cell.of_item(item).backend, record["clauses"])}
-        if report.when == "call":  # what the adapter served by folding in the test's calls
+        if report.when == "call":  # what the adapter served by folding in the test's calls; the
+            # rows of each clause's condition space its cases held, and the values a capability
+            # the backend does not claim kept out (not implemented)
             info["folded_by_adapter"] = adapter_credit.folded_by_adapter(cell.of_item(item).backend)
-        if report.when == "call":  # the rows of each clause's condition space its cases held,
-            # and the values a capability the backend does not claim kept out (not implemented)
             claims = op_capabilities(cell.of_item(item).backend, item.callspec.params.get("op"))
             info["conditions"] = observation.ran(state, record["clauses"])
             info["conditions_not_implemented"] = condition_audit.unclaimed(

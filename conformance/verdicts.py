@@ -61,6 +61,9 @@ ADAPTER = "adapter"
 #: ``satisfied_by`` of a pass whose feature the adapter folded into the masks (or laid out, for a
 #: KV cache; merged, for sinks) in every test that ran, not the library's own mechanism
 ADAPTER_FOLD = "adapter fold"
+#: what such a pass means, in the words every summary and the scoreboard use
+FOLD_MEANING = ("passed by the adapter's fold, not by the library's own mechanism (the feature "
+                "folded into the masks, or the cache laid out, before the library was called)")
 #: Outcomes of results that did not exercise the backend.
 NOT_EXERCISED = ("unavailable", "not-implemented")
 
@@ -157,7 +160,8 @@ def stale_cells(runs: list[dict]) -> list[str]:
 def entry_problem(entry: dict, adapter_clauses: frozenset[str]) -> str | None:
     """What is wrong with a clause entry's ``satisfied_by`` and ``stale_on`` (None: nothing).
     ``satisfied_by`` "adapter" goes with a pass of a clause in ``adapter_clauses`` (those shared
-    validation can satisfy), "adapter fold" with a pass of a clause of a folded feature; ``stale_on`` names cells where the clause ran, and goes with every stale
+    validation can satisfy), "adapter fold" with a pass of a clause of a folded feature;
+    ``stale_on`` names cells where the clause ran, and goes with every stale
     deviation and with a failure (worse than stale, in other cells or tests) only."""
     by = entry.get("satisfied_by")
     if by == ADAPTER and (entry["verdict"] != "pass" or entry["id"] not in adapter_clauses):
@@ -208,9 +212,7 @@ def backend_notes(clauses: list[dict]) -> list[str]:
         notes.append(f"{len(by_adapter)} passed by the adapter's shared argument validation, not "
                      f"by the library (invalid input never reached it): {', '.join(by_adapter)}")
     if by_fold:
-        notes.append(f"{len(by_fold)} passed by the adapter's fold, not by the library's own "
-                     f"mechanism (the feature folded into the masks, or the cache laid out, before "
-                     f"the library was called): {', '.join(by_fold)}")
+        notes.append(f"{len(by_fold)} {FOLD_MEANING}: {', '.join(by_fold)}")
     if stale:
         notes.append("declared deviations that did not deviate (stale) in these cells: "
                      + "; ".join(stale) + " (where one deviates in other cells, narrow it to "

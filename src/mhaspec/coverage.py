@@ -3,8 +3,9 @@
 A testable clause is **certified** when its verdict is ``pass`` or ``deviation`` (a declared
 deviation the suite confirmed; a pass an adapter's shared argument validation made, not the
 library, is counted and said apart: ``by_adapter``; so is a pass of a feature the adapter folded
-into the masks instead of the library's own mechanism: ``by_fold``, ``folded``); ``not-implemented`` (a capability not
-claimed), ``not-run``, ``fail`` and ``stale-deviation`` are not. The chapters of a spec version are **core** or
+into the masks instead of the library's own mechanism: ``by_fold``, ``folded``);
+``not-implemented`` (a capability not claimed), ``not-run``, ``fail`` and ``stale-deviation``
+are not. The chapters of a spec version are **core** or
 **optional** (an optional chapter says so in its title: "Gradients (optional)", "Soft-capping
 (optional: softcap)"). As with the Array API standard's extensions, each is a named
 conformance **level**: ``core`` (every core chapter) and each optional chapter by its id

@@ -95,8 +95,7 @@ class Board(NamedTuple):
 
 #: the mark of a chapter with a pass the adapter's fold made (``satisfied_by`` "adapter fold")
 FOLD_MARK = "*"
-FOLD_NOTE = ("a clause of it passed by the adapter's fold (the feature folded into the masks, or "
-             "the cache laid out, by the adapter), not by the library's own mechanism")
+FOLD_NOTE = f"a clause of it {verdicts.FOLD_MEANING}"
 
 
 def attribute(text: object) -> str:
@@ -222,12 +221,13 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
     for row in board.rows:
         cov = row.coverage
         dev = f" ({cov.deviations} dev.)" if cov.deviations else ""
+        optional = [coverage.chapter_label(cov, ch) for ch in cov.levels if ch != "core"]
         target = f"{link_dir}/{quote(row.markdown)}"
         lines.append(f"| [{md_text(row.name)}]({target}) | "
                      f"{md_text(row.library)} | {row.verdict} | "
                      f"{cov.certified} of {cov.testable}{dev} | {cov.core.certified} of "
                      f"{cov.core.testable} | "
-                     f"{', '.join(coverage.chapter_label(cov, ch) for ch in cov.levels if ch != 'core') or 'none'} |")
+                     f"{', '.join(optional) or 'none'} |")
     legend = "; ".join(f"**{word}**: {meaning}" for key, (word, meaning, _) in STYLE.items()
                        if key != "stale-deviation")
     lines += ["", f"Each cell is the worst verdict of the chapter's clauses and how many of its "
