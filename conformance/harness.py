@@ -12,7 +12,9 @@ module imports one thing (``from . import harness``):
   any other result judged like an output, through :func:`judge_parts`), :func:`allowance`,
   :func:`reference`, :func:`oracle_result`;
 * expecting and reporting (:mod:`.expect`): :func:`expect_oracle`, :func:`expect_close`,
-  :func:`expect_rejections`, :func:`reproducer`, the saved failure files.
+  :func:`expect_rejections`, :func:`reproducer`, the saved failure files;
+* the checks a declared behaviour may show in (:mod:`.behaviour_checks`): :func:`attended` (the
+  keys a query attends), :func:`expect_blocked_weights_zero`.
 
 What a test did (calls, NUM-3 ratios, cases, its failure) is kept in its record in the pytest
 item's stash (:mod:`.item_state`); the plugin (:mod:`.plugin`) reports it.
@@ -25,6 +27,7 @@ from __future__ import annotations
 from mhaspec.backends.call_limit import CallTimeout
 from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities, op_deviations
 
+from .behaviour_checks import attended, expect_blocked_weights_zero
 from .cell import Cell, Result, fit, note, remember_call, run
 from .expect import (call_problem, expect_close, expect_oracle, expect_rejections,
                      rejection_problem, reproducer)
@@ -32,7 +35,7 @@ from .judge import (Check, Reference, allowance, check, float32_hint, judge_part
                     lse_for_comparison, lse_scale, magnitude, oracle_result, reference,
                     rows_left_to_mask9, sum_length)
 
-__all__ = ["OPS", "CallTimeout", "Cell", "Result", "cell_deviations", "fit", "note", "op_capabilities",
+__all__ = ["OPS", "CallTimeout", "Cell", "attended", "expect_blocked_weights_zero", "Result", "cell_deviations", "fit", "note", "op_capabilities",
            "op_deviations", "remember_call", "run",
            "call_problem", "expect_close", "expect_oracle", "expect_rejections", "rejection_problem",
            "reproducer",

@@ -49,7 +49,8 @@ class ItemState:
     ``shrink``: True may shrink, False not shrunk after an earlier failure of its cell, None
     nothing to shrink; ``requirements``: the capabilities it requires (its ``requires`` markers);
     ``sub_cases_left_out``: the sub-cases of capabilities its calls used that the backend does not
-    support, ``sub_case_paths``: "capability=library|generic" of the supported ones
+    support, ``sub_case_paths``: "capability=library|generic" of the supported ones;
+    ``behaviours``: the declared behaviours that showed in it (:mod:`.behaviour_checks`)
     (:mod:`mhaspec.backends.sub_cases`)."""
 
     name: str = ""
@@ -66,6 +67,7 @@ class ItemState:
     requirements: frozenset[str] = frozenset()
     sub_cases_left_out: set = dataclasses.field(default_factory=set)
     sub_case_paths: set = dataclasses.field(default_factory=set)
+    behaviours: set = dataclasses.field(default_factory=set)
 
     def record_ratio(self, clause: str, ratio: float) -> None:
         """Keep the worst NUM-3 ratio seen for ``clause``."""

@@ -66,8 +66,8 @@ from mhaspec.backends import loadable, registered_backends
 from mhaspec.backends.claim_readers import OPS, op_capabilities
 from mhaspec.spec import load as load_spec
 
-from . import (activation, adapter_credit, cell, clause_capabilities, condition_audit, expect,
-               observation, results, scheduling, strategies)
+from . import (activation, adapter_credit, behaviour_checks, cell, clause_capabilities,
+               condition_audit, expect, observation, results, scheduling, strategies)
 from .cell_params import DECLARED, cell_params
 from .item_state import SETTINGS_KEY, RunSettings, running_test, state_of
 from .results import COLLECTOR_KEY, NOT_IMPLEMENTED, Collector, clause_lines
@@ -455,6 +455,7 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             # rows of each clause's condition space its cases held, and the values a capability
             # the backend does not claim kept out (not implemented)
             info["folded_by_adapter"] = adapter_credit.folded_by_adapter(cell.of_item(item).backend)
+            info.update(behaviour_checks.report_fields(cell.of_item(item), state))
             claims = op_capabilities(cell.of_item(item).backend, item.callspec.params.get("op"))
             info["conditions"] = observation.ran(state, record["clauses"])
             info["conditions_not_implemented"] = condition_audit.unclaimed(

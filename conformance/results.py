@@ -95,7 +95,7 @@ class Collector:
         if info is None:
             return
         self.seconds[info["backend"]] += report.duration
-        outcome = classify(report)
+        outcome = verdicts.with_behaviours(classify(report), info)
         if outcome is None:
             return
         entry = {**info, "nodeid": report.nodeid, "outcome": outcome, "duration": report.duration}

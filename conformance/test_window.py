@@ -39,7 +39,7 @@ def test_the_clauses_example_and_its_neighbours(cell, op, window, alignment):
     got = harness.run(cell, op, case)
     harness.expect_oracle(cell, case, got, op=op, clause="WIN-1")
     if got.weights is not None and (window, alignment) == ((1, 0), "bottom_right"):
-        seen = np.flatnonzero(got.weights[0, 0, 0])
+        seen = np.flatnonzero(harness.attended(cell, got.weights[0, 0, 0]))
         assert seen.tolist() == [1, 2], f"[WIN-1] {cell.id} {op}: query 0 attends keys {seen}"
 
 

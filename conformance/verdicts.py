@@ -17,8 +17,11 @@ matrix and the command line all call it, and no other module holds a verdict rul
   carries ``satisfied_by: "adapter"``, and one whose feature the adapter folded into the masks in
   every test that ran (windows, segments, ALiBi, ...: each result's ``folded_by_adapter``)
   ``satisfied_by: "adapter fold"`` (:func:`satisfied_by`); a stale deviation names the cells
-  where it did not deviate in ``stale_on`` (:func:`stale_cells`). :func:`entry_problem` is the
-  rule those fields follow; :func:`verdict_label` and :func:`backend_notes` word them.
+  where it did not deviate in ``stale_on`` (:func:`stale_cells`). A deviation by a declared
+  behaviour (``"behaviour:NAME"``, :mod:`mhaspec.backends.behaviours`) names it in ``behaviours``:
+  a passing test in which it showed is a deviation (:func:`with_behaviours`), and one declared in
+  a cell where it showed in no test makes its home clause stale there
+  (:func:`unshown_behaviour_cells`). :func:`entry_problem` is the rule those fields follow; :func:`verdict_label` and :func:`backend_notes` word them.
 * The **backend verdict** is :func:`overall_verdict` over the clause entries, one of
   :data:`BACKEND_VERDICTS`.
 * **Failure groups** (:func:`failure_groups`): the failed results of a backend grouped by their
@@ -35,6 +38,7 @@ import statistics
 from collections import Counter
 from typing import Iterable
 
+from mhaspec.backends.behaviours import CATALOGUE
 from mhaspec.backends.sub_cases import FOLDED
 
 from .clause_capabilities import NEEDS
@@ -115,9 +119,14 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
         missing = sorted({cell(r) for r in not_run if clause.id in r["clauses"]} & cells)
         by = satisfied_by(clause.id, runs) if verdict == "pass" else None
         stale = stale_cells(runs)
+        quiet = [c for c in unshown_behaviour_cells(results, clause.id) if c not in stale]
+        if quiet and verdict in ("pass", "deviation", "stale-deviation"):
+            verdict, by, stale = "stale-deviation", None, sorted(stale + quiet)
+        shown = sorted({n for r in runs for n in r.get("behaviours", ())})
         out.append({
             "id": clause.id, "title": clause.title, "verdict": verdict,
             **({"satisfied_by": by} if by else {}), **({"stale_on": stale} if stale else {}),
+            **({"behaviours": shown} if shown else {}),
             "worst_ratio": finite_or_none(max((r["ratios"].get(clause.id, 0.0) for r in runs),
                                               default=0.0)),
             "runs": sum(r["outcome"] != "unavailable" for r in runs),
@@ -152,6 +161,29 @@ def folded_feature(clause_id: str) -> frozenset[str]:
     return NEEDS.get(clause_id, frozenset()) & FOLDED
 
 
+def with_behaviours(outcome: str | None, result: dict) -> str | None:
+    """A test's outcome given the declared behaviours that showed in it (``result["behaviours"]``,
+    :mod:`.behaviour_checks`): a pass in which one showed is a ``deviation``; others unchanged."""
+    return "deviation" if outcome == "pass" and result.get("behaviours") else outcome
+
+
+def unshown_behaviour_cells(results: list[dict], clause_id: str) -> list[str]:
+    """The ``device/dtype`` cells where a behaviour declared there whose home clause is
+    ``clause_id`` (:data:`~mhaspec.backends.behaviours.CATALOGUE`) showed in no test of one
+    backend's ``results`` but the clause ran: a stale declaration, reported on its home clause."""
+    declared: dict[str, set[str]] = {}
+    shown: dict[str, set[str]] = {}
+    ran = set()
+    for r in results:
+        for name in r.get("behaviours_declared", ()):
+            if name in CATALOGUE and CATALOGUE[name].clause == clause_id:
+                declared.setdefault(cell(r), set()).add(name)
+        shown.setdefault(cell(r), set()).update(r.get("behaviours", ()))
+        if clause_id in r["clauses"] and r["outcome"] not in NOT_EXERCISED:
+            ran.add(cell(r))
+    return sorted(c for c, names in declared.items() if c in ran and names - shown.get(c, set()))
+
+
 def stale_cells(runs: list[dict]) -> list[str]:
     """The ``device/dtype`` cells where a declared deviation of the clause did not deviate."""
     return sorted({cell(r) for r in runs if r["outcome"] == "stale-deviation"})
@@ -162,7 +194,8 @@ def entry_problem(entry: dict, adapter_clauses: frozenset[str]) -> str | None:
     ``satisfied_by`` "adapter" goes with a pass of a clause in ``adapter_clauses`` (those shared
     validation can satisfy), "adapter fold" with a pass of a clause of a folded feature;
     ``stale_on`` names cells where the clause ran, and goes with every stale
-    deviation and with a failure (worse than stale, in other cells or tests) only."""
+    deviation and with a failure (worse than stale, in other cells or tests) only; ``behaviours``
+    goes with a deviation or worse, of a clause each of them shows in."""
     by = entry.get("satisfied_by")
     if by == ADAPTER and (entry["verdict"] != "pass" or entry["id"] not in adapter_clauses):
         return (f"clause {entry['id']} is {entry['verdict']} and says it was satisfied by the "
@@ -177,19 +210,27 @@ def entry_problem(entry: dict, adapter_clauses: frozenset[str]) -> str | None:
         return f"clause {entry['id']} is {entry['verdict']} with stale_on {stale}"
     if stale and not set(stale) <= set(entry["ran_on"]):
         return f"clause {entry['id']} is stale on {stale}, where it did not run ({entry['ran_on']})"
+    shown = entry.get("behaviours", ())
+    if shown and (entry["verdict"] not in ("deviation",) + BAD or any(
+            n not in CATALOGUE or entry["id"] not in CATALOGUE[n].shows_in for n in shown)):
+        return (f"clause {entry['id']} is {entry['verdict']} with behaviours {list(shown)}, which "
+                f"only a deviation (or worse) of a clause they show in can have")
     return None
 
 
 def verdict_label(entry: dict, informative_ids=frozenset()) -> str:
     """A clause entry's verdict as people read it: ``pass (adapter)``, ``stale-deviation (stale
-    on cpu/float64)``, ``informative`` for a ``not-run`` clause of ``informative_ids`` (it has no
-    test, as :func:`describe_counts` words it), or the verdict alone."""
+    on cpu/float64)``, ``deviation (behaviour masked-weights-not-zero)``, ``informative`` for a
+    ``not-run`` clause of ``informative_ids`` (it has no test, as :func:`describe_counts` words
+    it), or the verdict alone."""
     if entry["verdict"] == "not-run" and entry["id"] in informative_ids:
         return "informative"
     if entry.get("satisfied_by"):
         return f"{entry['verdict']} ({entry['satisfied_by']})"
     if entry.get("stale_on"):
         return f"{entry['verdict']} (stale on {', '.join(entry['stale_on'])})"
+    if entry.get("behaviours"):
+        return f"{entry['verdict']} (behaviour {', '.join(entry['behaviours'])})"
     return entry["verdict"]
 
 

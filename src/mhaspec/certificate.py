@@ -24,6 +24,7 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 from mhaspec import suite_files
+from mhaspec.backends import behaviours
 from mhaspec.backends.validation import REJECTION_CLAUSES
 from mhaspec.conformance.clause_capabilities import NEEDS
 from mhaspec.conformance.tolerance import K
@@ -247,7 +248,7 @@ def check_consistency(cert: dict) -> list[str]:
                                f"missing {missing[:20]}, unknown {unknown[:20]}, "
                                f"repeated {twice[:20]}")
     strange = sorted(key for key in cert["backend"]["deviations"]
-                     if key.partition("@")[0] not in expected)
+                     if key.partition("@")[0] not in expected and not behaviours.known(key))
     if strange:
         raise CertificateError(f"it declares deviations of {', '.join(strange[:5])}: no clause of "
                                f"spec {version}")
@@ -325,9 +326,10 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
             raise CertificateError(f"clause {cid} passes, but it needs {', '.join(lacking)}, "
                                    f"which the backend does not claim")
     if verdict in ("deviation", "stale-deviation") and not any(
-            key.partition("@")[0] == cid for key in backend["deviations"]):
+            key.partition("@")[0] == cid for key in backend["deviations"]) \
+            and not behaviours.may_show_in(backend["deviations"], cid):
         raise CertificateError(f"clause {cid} has the verdict {verdict!r}, but the backend "
-                               f"declares no deviation of {cid}")
+                               f"declares no deviation of {cid} nor a behaviour that shows in it")
 
 
 def backend_process(cert: dict) -> str:

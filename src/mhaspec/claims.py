@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from mhaspec.backends import ALL_DTYPES, CAPABILITIES
+from mhaspec.backends import ALL_DTYPES, CAPABILITIES, behaviours
 from mhaspec.backends.claim_readers import OPS
 from mhaspec.backends.serving import MERGE_CONVENTIONS
 from mhaspec.backends.sub_cases import check_rules
@@ -99,9 +99,9 @@ def _reasons(what: str, v) -> Mapping[str, str]:
     for key, reason in v.items():
         if not isinstance(reason, str):
             raise ClaimError(f"{what}[{key!r}] must be a string (the reason), got {_kind(reason)}")
-        if key.partition("@")[0] not in known:
+        if key.partition("@")[0] not in known and not behaviours.known(key):
             raise ClaimError(f"{what} names {key[:60]!r}, which is no clause of the spec "
-                             f"(ID or ID@operation)")
+                             f"(ID or ID@operation) nor a behaviour ({behaviours.listing()})")
     return MappingProxyType(dict(v))
 
 
