@@ -22,7 +22,6 @@ from mhaspec.claims import ClaimError, checked
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
 
-import behaviour_backends
 import hostile_files
 
 HERE = pathlib.Path(__file__).parent
