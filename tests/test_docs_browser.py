@@ -3,7 +3,8 @@
 Checks the specification page as a reader gets it: the equations are typeset (MathML elements
 present, no raw ``$...$`` or TeX commands left in the visible text) and every clause id is an
 anchor in the DOM (``spec/#MASK-9``) with its citation line and permanent link; and the scoreboard
-(``matrix/``): its grids fit a 1280 px window with no column behind a scroll bar. Screenshots of
+(``matrix/``): its grids fit a 1280 px window with no column behind a scroll bar; on a 390 px
+phone the display equations and the coverage table fit. Screenshots of
 both pages are saved to ``results/docs-browser/`` (``MHASPEC_SCREENSHOT_DIR`` overrides the folder).
 
 Needs ``/usr/bin/chromium`` (Debian: ``apt-get install -y chromium``) and a built site
@@ -188,6 +189,45 @@ def test_the_scoreboard_grids_fit_1280_px(site_url):
     assert found, "the probe did not report"
     grids = found[1].split("; ")
     assert len(grids) == 2 and all(g.endswith("overflow 0") for g in grids), grids
+
+
+#: Loads a page in a 390 px frame (a phone) and writes, for each element a selector finds, how far
+#: its content is wider than its box (a part cut off or behind a scroll bar).
+PHONE_PROBE = """<!doctype html><html><body><iframe id="f" src="{page}" width="390"
+height="900"></iframe><pre id="out">waiting</pre><script>
+document.getElementById("f").onload = function () {{
+  var doc = this.contentDocument, rows = [];
+  doc.querySelectorAll("{selector}").forEach(function (e) {{
+    var box = e.closest(".md-typeset__scrollwrap") || e;
+    rows.push(box.scrollWidth - box.clientWidth);
+  }});
+  document.getElementById("out").textContent = "overflows: " + rows.join(" ");
+}};
+</script></body></html>"""
+
+
+def phone_overflows(site_url: str, page: str, selector: str) -> list[int]:
+    """How many pixels each element ``selector`` finds on ``page`` overflows at 390 px."""
+    probe = SITE / "phone-probe.html"
+    probe.write_text(PHONE_PROBE.format(page=page, selector=selector), encoding="utf-8")
+    try:
+        dom = chromium("--window-size=420,1000", "--virtual-time-budget=15000", "--dump-dom",
+                       site_url + probe.name).stdout
+    finally:
+        probe.unlink()
+    found = re.search(r"overflows: ([^<]*)", dom)
+    assert found, "the probe did not report"
+    return [int(x) for x in found[1].split()]
+
+
+def test_the_spec_equations_and_the_coverage_table_fit_a_phone(site_url):
+    """390 px: SDPA's display line wraps its three equations, the longest single equation fits,
+    and the scoreboard's coverage table fits the column (the grids and the in-repo matrix below it
+    scroll sideways: a column a clause, they cannot fit)."""
+    equations = phone_overflows(site_url, "spec/", ".mhaspec-math")
+    assert len(equations) >= 10 and set(equations) == {0}, equations
+    coverage = phone_overflows(site_url, "matrix/", "article table")[0]  # the page's first table
+    assert coverage == 0, coverage
 
 
 def test_scoreboard_screenshot(site_url):

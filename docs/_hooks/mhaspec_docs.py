@@ -223,15 +223,39 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
     return markdown
 
 
+def _mathml(tex: str, display: str) -> str:
+    """``tex`` as MathML, its source kept in ``alttext``."""
+    mathml = latex_to_mathml(tex, display=display)
+    return mathml.replace("<math ", f"<math alttext=\"{html.escape(tex)}\" ", 1)
+
+
+def display_parts(tex: str) -> list[str]:
+    """A display equation split at its top-level ``\\qquad`` (the spec's separator of equations
+    written on one line), each part typeset on its own so that a narrow screen wraps them
+    (``.mhaspec-math`` is a wrapping row) instead of cutting the line; one part when it has none."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(tex):
+        if tex[i] == "{":
+            depth += 1
+        elif tex[i] == "}":
+            depth -= 1
+        elif depth == 0 and tex.startswith("\\qquad", i):
+            parts.append(tex[start:i])
+            start = i = i + len("\\qquad")
+            continue
+        i += 1
+    parts.append(tex[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
 def on_page_content(html_text, page, config, files, **kwargs):
     stash = _math_by_page.pop(page.file.src_uri, [])
 
     def put_back(m: re.Match) -> str:
         tex, display = stash[int(m[2])]
-        mathml = latex_to_mathml(tex, display="block" if display else "inline")
-        mathml = mathml.replace("<math ", f"<math alttext=\"{html.escape(tex)}\" ", 1)
         if display and m[1] and m[3]:
-            return f'<div class="mhaspec-math">{mathml}</div>'
-        return f"{m[1] or ''}{mathml}{m[3] or ''}"
+            parts = "".join(_mathml(part, "block") for part in display_parts(tex))
+            return f'<div class="mhaspec-math">{parts}</div>'
+        return f"{m[1] or ''}{_mathml(tex, 'block' if display else 'inline')}{m[3] or ''}"
 
     return _TOKEN_RE.sub(put_back, html_text)
