@@ -20,8 +20,9 @@ import numpy as np
 
 from mhaspec.spec import oracle, oracle_vjp
 
-from . import harness, tolerance
+from . import harness, observation, tolerance
 from .expect import save_failure
+from .item_state import running
 
 #: oracle_vjp.AttentionVJP field -> the key of a backend's result
 NAMES = {"dq": "q", "dk": "k", "dv": "v", "d_sinks": "sinks", "d_bias": "bias",
@@ -72,7 +73,7 @@ def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
         sinks: np.ndarray | None = None, left_out=None) -> dict[str, np.ndarray]:
     """The backend's ``attention_vjp`` on ``case`` with its cotangents (0 on ``left_out``), as
     NumPy (the case is noted on the running test as :func:`harness.run` notes it: what ran, per
-    clause)."""
+    clause; a sub-case the backend's ``sub_cases`` rules out is not implemented, as there)."""
     harness.note("sdpa", case.spec)
     harness.remember_call(impl, "attention_vjp", case, replay_overrides(d_lse, bias_grad, sinks))
     d_out, dl = cotangents(case, d_lse, left_out)
@@ -81,6 +82,10 @@ def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
         kw["sinks"] = impl.arr(sinks)
     if bias_grad:
         kw["bias_grad"] = True
+    uses = {**kw, "lse": d_lse}  # a cotangent on the lse uses the lse's sub-cases
+    missing = observation.judge_sub_cases(running(), impl.backend, "sdpa", uses, case.spec)
+    if missing:  # a sub-case the backend states it lacks: not implemented, not called
+        observation.not_implemented_call(missing)
     grads = impl.call("attention_vjp", impl.arr(case.q), impl.arr(case.k), impl.arr(case.v),
                       impl.arr(d_out), d_lse=impl.arr(dl), **kw)
     return {n: impl.backend.to_numpy(g) for n, g in grads.items()}

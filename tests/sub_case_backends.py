@@ -34,8 +34,8 @@ WINDOW_ONLY_WITH_CAUSAL = WindowOnlyWithCausal("window-only-with-causal")
 
 
 class CacheNeedsEqualWidths(OracleBackend):
-    """A KV cache only with d_v = d_k (any other cached call raises NotImplementedError), stated
-    as a shape rule."""
+    """A KV cache only with d_v = d_k (any other cached call, forward or backward, raises
+    NotImplementedError), stated as a shape rule."""
 
     sub_cases = {"kv_cache": {"shapes": ("d_v == d_k",)}}
 
@@ -43,6 +43,11 @@ class CacheNeedsEqualWidths(OracleBackend):
         if kw.get("past_key") is not None and q.shape[-1] != v.shape[-1]:
             raise NotImplementedError("a KV cache needs d_v = d_k")
         return super().scaled_dot_product_attention(q, k, v, **kw)
+
+    def attention_vjp(self, q, k, v, d_output, **kw):
+        if kw.get("past_key") is not None and q.shape[-1] != v.shape[-1]:
+            raise NotImplementedError("a KV cache needs d_v = d_k")
+        return super().attention_vjp(q, k, v, d_output, **kw)
 
 
 class CacheLimitUnstated(CacheNeedsEqualWidths):

@@ -73,7 +73,7 @@ def cache_results(tmp_path_factory) -> list[dict]:
     return run_suite(tmp_path_factory.mktemp("shapes"),
                      ["sub_case_backends:CACHE_NEEDS_EQUAL_WIDTHS",
                       "sub_case_backends:CACHE_LIMIT_UNSTATED"],
-                     "-k", "test_kv_cache", "--mhaspec-partial")
+                     "-k", "test_kv_cache or test_cache_gradients", "--mhaspec-partial")
 
 
 def test_a_stated_shape_limit_is_not_implemented_an_unstated_one_fails(cache_results):
@@ -88,3 +88,17 @@ def test_a_stated_shape_limit_is_not_implemented_an_unstated_one_fails(cache_res
     assert any(v.startswith("sub-case kv_cache with d_v != d_k") for v in left_out), left_out
     failed = {c for r in unstated if r["outcome"] == "fail" for c in r["clauses"]}
     assert "CACHE-1" in failed, failed
+
+
+def test_the_backward_pass_follows_the_same_shape_rule(cache_results):
+    """attention_vjp with a cache (GRAD-6's cache test): the stated limit is not implemented and
+    the other draws pass; unstated, the NotImplementedError fails the clause."""
+    def grads(name):
+        return [r for r in cache_results if r["backend"] == name and "GRAD-6" in r["clauses"]]
+    stated, unstated = grads("cache-needs-equal-widths"), grads("cache-limit-unstated")
+    assert stated and unstated
+    assert {r["outcome"] for r in stated} == {"pass"}, [r["outcome"] for r in stated]
+    left_out = {v for r in stated for vs in r.get("conditions_not_implemented", {}).values()
+                for v in vs}
+    assert any(v.startswith("sub-case kv_cache with d_v != d_k") for v in left_out), left_out
+    assert {r["outcome"] for r in unstated} == {"fail"}
