@@ -5,11 +5,13 @@
 :func:`expect_close` asserts two results of one backend agree (a property);
 :func:`expect_rejections` asserts invalid calls raise ``ValueError`` naming the argument. A failure
 is recorded on the running test (:mod:`.item_state`) and its case saved for ``mhaspec replay``
-when the run keeps failures (:func:`save_failure`).
+when the run keeps failures (:func:`save_failure`); a passing test's last case is saved when the
+run keeps a sample of passes (:func:`save_passing_sample`).
 """
 
 from __future__ import annotations
 
+import pathlib
 import re
 
 import numpy as np
@@ -40,22 +42,34 @@ def save_failure(impl: Cell, case: Case, op: str, clause: str, overrides: dict,
     ("" when not saved) and keeps it in the test's record (``replay``)."""
     state = state if state is not None else running()
     settings = run_settings() if state is None else state.settings
-    fitting = failure_save.saveable(case, overrides)
-    if settings.failures_dir is None or fitting is None:
+    path = _save_case(settings.failures_dir, state.name if state is not None else clause, impl,
+                      case, op, clause, overrides, settings)
+    if path is None:
         return ""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", state.name if state is not None else clause)
     ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
-    path = failure_save.save_case(settings.failures_dir / f"{stem}.npz", impl, fitting[0], op=op,
+    line = f"mhaspec replay {path} --backend {ref}"
+    if state is not None:
+        state.replay = line
+    return "\nor: " + line
+
+
+def _save_case(directory, name: str, impl: Cell, case: Case, op: str, clause: str,
+               overrides: dict, settings) -> pathlib.Path | None:
+    """Write ``case`` as ``directory/<name>.npz`` (a replay file) and check that it reads back;
+    None when there is no directory or the case cannot be saved."""
+    fitting = failure_save.saveable(case, overrides)
+    if directory is None or fitting is None:
+        return None
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
+    path = failure_save.save_case(directory / f"{stem}.npz", impl, fitting[0], op=op,
                                   clause=clause, backend_ref=ref, overrides=fitting[1])
     try:
         failure_file.read_case(path)
     except failure_file.FailureFileError:
         path.unlink()
-        return ""
-    line = f"mhaspec replay {path} --backend {ref}"
-    if state is not None:
-        state.replay = line
-    return "\nor: " + line
+        return None
+    return path
 
 
 def save_last_call(state: ItemState, clause: str) -> str:
@@ -68,6 +82,16 @@ def save_last_call(state: ItemState, clause: str) -> str:
         return ""
     impl, op, case, overrides = last
     return save_failure(impl, case, op, clause, overrides, state=state).removeprefix("\nor: ")
+
+
+def save_passing_sample(state: ItemState, clause: str) -> None:
+    """After the test ``state`` records passed: save the last case it ran into the run's passes
+    directory (``--mhaspec-passes``; none: nothing saved), one case per passing test: a sample a
+    second party can replay (``mhaspec replay``) to see the same pass."""
+    if state.last_call is not None:
+        impl, op, case, overrides = state.last_call
+        _save_case(state.settings.passes_dir, state.name, impl, case, op, clause, overrides,
+                   state.settings)
 
 
 def record_failure(clause: str, what: str, error: float, scale: float, detail: str,

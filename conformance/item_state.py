@@ -23,12 +23,14 @@ import pytest
 class RunSettings(NamedTuple):
     """Settings of one conformance run, kept in ``config.stash[SETTINGS_KEY]`` by the plugin.
 
-    ``failures_dir``: where failing cases are saved (None: not saved); ``backend_refs``: backend
+    ``failures_dir``: where failing cases are saved (None: not saved); ``passes_dir``: where the
+    last case of each passing test is saved (None: not saved); ``backend_refs``: backend
     name -> the reference it was loaded from (for reproducers); ``call_timeout``: seconds one
     backend call may take (None: no limit); ``shapes``: the shapes the strategies draw from (None:
     every size freely, :mod:`.strategies`)."""
 
     failures_dir: pathlib.Path | None = None
+    passes_dir: pathlib.Path | None = None
     backend_refs: Mapping[str, str] = {}
     call_timeout: float | None = None
     shapes: tuple | None = None

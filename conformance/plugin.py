@@ -16,7 +16,8 @@ another plugin already defines them (then only the ``--mhaspec-`` spelling selec
   derandomized; ``triage`` is ``ci`` without shrinking).
 * ``--mhaspec-report FILE.json`` writes every result with its clause, backend, device and dtype.
 * ``--mhaspec-call-timeout SECONDS`` limits every backend call (default 60 s; 0: no limit).
-* ``--mhaspec-failures DIR`` saves every failing case that has arrays for ``mhaspec replay``.
+* ``--mhaspec-failures DIR`` saves every failing case that has arrays for ``mhaspec replay``;
+  ``--mhaspec-passes DIR`` the last case of every passing test (a sample to replay).
 * ``--mhaspec-shrink-all`` shrinks every failure; by default only the first failure of each
   backend x device x dtype cell (per worker) is shrunk, later ones run without Hypothesis's shrink
   phase (one cause often fails many clauses).
@@ -168,6 +169,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="developing new clauses: do not fail when a testable clause has no test")
     group.addoption("--mhaspec-failures", default=None, metavar="DIR",
                     help="save each failing case as DIR/<test>.npz for `mhaspec replay`")
+    group.addoption("--mhaspec-passes", default=None, metavar="DIR",
+                    help="save the last case of each passing test as DIR/<test>.npz: a sample "
+                         "a second party can replay")
     group.addoption("--mhaspec-shrink-all", action="store_true",
                     help="shrink every failing test's example; default: only the first failure "
                          "of each backend x device x dtype cell (one cause often fails many "
@@ -197,9 +201,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(collector, "mhaspec-collector")
     collector.hypothesis = {"profile": profile, "shapes": shapes}
     config.stash[COLLECTOR_KEY] = collector
-    failures = config.getoption("--mhaspec-failures")
+    failures, passes = config.getoption("--mhaspec-failures"), config.getoption("--mhaspec-passes")
     config.stash[SETTINGS_KEY] = RunSettings(
-        failures_dir=pathlib.Path(failures) if failures else None, backend_refs=refs,
+        failures_dir=pathlib.Path(failures) if failures else None,
+        passes_dir=pathlib.Path(passes) if passes else None, backend_refs=refs,
         call_timeout=timeout or None, shapes=strategies.CI_SHAPES if shapes == "menu" else None)
 
 
@@ -465,6 +470,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
             info["replay"] = expect.save_last_call(state, record["clauses"][0]) or None
             info["failure"] = state.failure
             info["shrunk"] = state.shrink
+        if report.when == "call" and report.passed:
+            expect.save_passing_sample(state, record["clauses"][0])
         if report.when == "call":
             state.last_call = None  # its arrays are not kept for the rest of the run
         report.user_properties.append(("mhaspec", info))

@@ -174,6 +174,31 @@ def test_a_failing_backend_gets_a_failing_certificate_and_replayable_cases(work)
     assert fixed.returncode == 0 and "conforms" in fixed.stdout, fixed.stdout + fixed.stderr
 
 
+def test_certify_keeps_a_replayable_sample_of_the_passing_cases(work, certified):
+    """One case per passing test, in <output-dir>/NAME-passes (the certificate records that folder
+    without a machine's path): a second party replays them and sees the passes, and a wrong backend
+    fails on them; an earlier run's sample is replaced, never mixed in."""
+    cert = json.loads(certified.read_text("utf-8"))
+    passes = sorted((work / "certs" / "minimal-numpy-passes").glob("*.npz"))
+    passed = sum(c["runs"] for c in cert["clauses"] if c["verdict"] == "pass")
+    assert passes and len(passes) <= passed, (len(passes), passed)
+    assert "<output-dir>/minimal-numpy-passes" in cert["run"]["pytest_args"]
+    sample = next(p for p in passes if p.name.startswith("test_attention_equals")
+                  and "float64" in p.name)
+    again = mhaspec(work, "replay", str(sample), "--backend", "minimal_backend:BACKEND")
+    assert again.returncode == 0 and "conforms" in again.stdout, again.stdout + again.stderr
+    wrong = mhaspec(work, "replay", str(sample), "--backend", "wrong_scale:BACKEND")
+    assert wrong.returncode == 1 and "DOES NOT CONFORM" in wrong.stdout, wrong.stdout
+    stray = work / "failing" / "wrong-scale-passes" / "from_an_earlier_run.npz"
+    stray.parent.mkdir(exist_ok=True)
+    stray.write_bytes(sample.read_bytes())
+    rerun = mhaspec(work, "certify", "wrong_scale:BACKEND", "--profile", "ci", "--output-dir",
+                    "failing", "--", "--mhaspec-dtypes", "float64", "-k", "test_sdpa")
+    assert rerun.returncode == 1, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    kept = {p.name for p in stray.parent.glob("*.npz")}
+    assert kept and stray.name not in kept  # the passing tests of this run (SDPA-3, ...) only
+
+
 def test_certify_an_unknown_backend_is_a_usage_error(work):
     assert_usage_error(mhaspec(work, "certify", "nosuch:thing", "--output-dir", "unused"), "nosuch")
     assert not (work / "unused").exists()

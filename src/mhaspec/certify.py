@@ -57,20 +57,22 @@ def file_stem(name: str) -> str:
 
 
 def output_paths(out_dir, name: str) -> dict[str, pathlib.Path]:
-    """The certificate JSON, its Markdown and the failures folder of backend ``name``, checked to
-    lie inside ``out_dir`` and to be writable (:class:`UsageError` otherwise)."""
+    """The certificate JSON, its Markdown, the failures folder and the folder of passing samples of
+    backend ``name``, checked to lie inside ``out_dir`` and to be writable (:class:`UsageError`
+    otherwise)."""
     out_dir = writable_dir(out_dir)
     stem = file_stem(name)
     paths = {"json": out_dir / f"{stem}.json", "markdown": out_dir / f"{stem}.md",
-             "failures": out_dir / f"{stem}-failures"}
+             "failures": out_dir / f"{stem}-failures", "passes": out_dir / f"{stem}-passes"}
     root = out_dir.resolve()
     for path in paths.values():
         if path.resolve().parent != root:
             raise UsageError(f"output {printable(path)} would leave {printable(out_dir)}")
     writable_file(paths["json"])
     writable_file(paths["markdown"])
-    if paths["failures"].exists() and not paths["failures"].is_dir():
-        raise UsageError(f"failures folder {printable(paths['failures'])} is a file")
+    for folder in ("failures", "passes"):
+        if paths[folder].exists() and not paths[folder].is_dir():
+            raise UsageError(f"{folder} folder {printable(paths[folder])} is a file")
     return paths
 
 
@@ -92,11 +94,11 @@ def check_not_another_backends(path: pathlib.Path, ref: str) -> None:
                          f"would overwrite it; choose another --output-dir or remove it")
 
 
-def recorded_args(args: list[str], failures: pathlib.Path) -> list[str]:
+def recorded_args(args: list[str], *folders: pathlib.Path) -> list[str]:
     """The pytest arguments as a certificate records them: the run's temporary directory (that of
     its ``-c`` ini file) written ``<tmp>``, its ``--rootdir`` (the suite's folder) ``<suite>``, the
-    failures folder ``<output-dir>/NAME-failures``, so a certificate names no path of the machine
-    that issued it."""
+    output ``folders`` (failures, passes) ``<output-dir>/NAME-failures``, so a certificate names no
+    path of the machine that issued it."""
     def value_of(option: str) -> str | None:
         return next((args[i + 1] for i, a in enumerate(args[:-1]) if a == option), None)
 
@@ -105,8 +107,9 @@ def recorded_args(args: list[str], failures: pathlib.Path) -> list[str]:
     places += [(suite, "<suite>")] if suite else []
     out = []
     for arg in args:
-        if arg == str(failures):
-            arg = f"<output-dir>/{failures.name}"
+        folder = next((f for f in folders if arg == str(f)), None)
+        if folder is not None:
+            arg = f"<output-dir>/{folder.name}"
         for place, symbol in places:
             if arg == place or arg.startswith(place + "/"):
                 arg = symbol + arg[len(place):]
@@ -287,8 +290,11 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     if fixed is None and seed is None:
         seed = random.SystemRandom().randrange(2**32)
     spec = load_spec()
+    for old in sorted(paths["passes"].glob("*.npz")):  # an earlier run's sample is not this one's
+        old.unlink()
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
-                             call_timeout=call_timeout, extra=[*NO_WORKERS, *pytest_args])
+                             passes=paths["passes"], call_timeout=call_timeout,
+                             extra=[*NO_WORKERS, *pytest_args])
     print(f"mhaspec certify: {printable(backend.name)} against spec {spec.version}, profile "
           f"{profile}, {fixed or f'seed {seed}'}", flush=True)
     if profile in EXPECT_MINUTES:
@@ -329,7 +335,7 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
                     "max_examples": hyp["max_examples"], "derandomize": hyp["derandomize"],
                     "phases": hyp["phases"]},
         results=results,
-        run={"pytest_args": recorded_args(list(run.args), paths["failures"]),
+        run={"pytest_args": recorded_args(list(run.args), paths["failures"], paths["passes"]),
              "pytest_exit_status": run.exit_code,
              "selection": collector.selection,
              "call_timeout_s": collector.call_timeout,

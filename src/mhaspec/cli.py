@@ -182,7 +182,8 @@ def parser() -> argparse.ArgumentParser:
                                    "in a process of its own. Writes NAME.json (what ran and "
                                    "the verdict of every clause) and its rendering NAME.md, and "
                                    "every failing case as NAME-failures/<test>.npz for mhaspec "
-                                   "replay.",
+                                   "replay, and the last case of every passing test as "
+                                   "NAME-passes/<test>.npz (a sample others can replay).",
                        epilog="exit status: 0 the backend conforms (every claimed clause passes "
                               "or is a declared deviation), 1 it does not, 2 bad usage (one line "
                               "on stderr). The default --output-dir certificates/ is in "
@@ -203,7 +204,8 @@ def parser() -> argparse.ArgumentParser:
                    help="run the backend's process in user, PID and mount namespaces of its own "
                         "(unshare; recorded in the certificate's run.sandbox)")
     c.add_argument("--output-dir", default="certificates",
-                   help="where to write NAME.json, NAME.md and NAME-failures/ (default: "
+                   help="where to write NAME.json, NAME.md, NAME-failures/ and NAME-passes/ "
+                        "(default: "
                         "certificates; NAME: the backend's name reduced to a safe file name)")
     c.add_argument("--call-timeout", type=float, default=None, metavar="SECONDS",
                    help="time limit of every backend call; past it the test fails (default: the "

@@ -51,7 +51,8 @@ BASE_ARGS = ("--pyargs", "mhaspec.conformance", "-p", "no:cacheprovider", "-p", 
 def suite_args(*, backends: Iterable[str] = (), profile: str | None = None, dtypes: str | None = None,
                seed: int | None = None, examples: int | None = None, shapes: str | None = None,
                report: str | os.PathLike | None = None, failures: str | os.PathLike | None = None,
-               call_timeout: float | None = None, extra: Iterable[str] = ()) -> list[str]:
+               passes: str | os.PathLike | None = None, call_timeout: float | None = None,
+               extra: Iterable[str] = ()) -> list[str]:
     """The pytest arguments of one run of the conformance suite (``--mhaspec-backend`` per
     reference; the plugin's own spellings, never the short ``--backend`` a conftest may own;
     None leaves an option at the plugin's default; ``extra`` goes last)."""
@@ -61,6 +62,7 @@ def suite_args(*, backends: Iterable[str] = (), profile: str | None = None, dtyp
     options = [("--mhaspec-profile", profile), ("--mhaspec-dtypes", dtypes),
                ("--mhaspec-examples", examples), ("--mhaspec-shapes", shapes),
                ("--mhaspec-report", report), ("--mhaspec-failures", failures),
+               ("--mhaspec-passes", passes),
                ("--mhaspec-call-timeout", call_timeout)]
     args += [a for name, value in options if value is not None for a in (name, str(value))]
     if seed is not None:
