@@ -33,8 +33,12 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 TORCH = shlex.split(os.environ.get("MHASPEC_TORCH", "torch==2.13.0"))
 JAX = shlex.split(os.environ.get("MHASPEC_JAX", ""))  # empty: the "jax" extra's plain jax
 FRAMEWORKS = ("torch", "jax", "tensorflow", "onnx")  # extras; "onnx" brings ONNX Runtime
-#: Extras whose adapters the project's own tests exercise too (Flax, Hugging Face Transformers);
-#: ``nox -s conformance`` leaves them out, and their adapters then report themselves unavailable.
+#: Extras whose adapters the project's own tests exercise too (Flax, Hugging Face Transformers,
+#: MLX); ``nox -s conformance`` leaves them out, and their adapters then report themselves
+#: unavailable. Not "tinygrad": its CPU device needs clang, and its ci suite alone takes ~13 minutes
+#: on the 2-core machine. Not "paddle": importing paddle 3.3.1 in a process that has imported
+#: tensorflow crashes it, which a pytest worker running both frameworks' tests does (767 MB too).
+#: Their tests (tests/test_paddle_adapter.py, tests/test_tinygrad_adapter.py) skip without them.
 ECOSYSTEM = ("flax", "hf", "mlx")
 #: The environment of each pytest-xdist worker (where the caller's does not set these): one compute
 #: thread, since with a worker per core the frameworks' own thread pools (OpenBLAS, OpenMP,

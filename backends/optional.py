@@ -17,7 +17,8 @@ import os
 #: Top-level module of a framework (or of the tools' plots) -> the extra of mhaspec installing it.
 EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "tensorflow": "tensorflow",
           "keras": "tensorflow", "onnx": "onnx", "onnxruntime": "onnx", "flax": "flax",
-          "transformers": "hf", "mlx": "mlx", "matplotlib": "plots"}
+          "transformers": "hf", "mlx": "mlx", "paddle": "paddle", "tinygrad": "tinygrad",
+          "matplotlib": "plots"}
 
 
 def install_line(module: str) -> str | None:
