@@ -21,7 +21,8 @@ matrix and the command line all call it, and no other module holds a verdict rul
   behaviour (``"behaviour:NAME"``, :mod:`mhaspec.backends.behaviours`) names it in ``behaviours``:
   a passing test in which it showed is a deviation (:func:`with_behaviours`), and one declared in
   a cell where it showed in no test makes its home clause stale there
-  (:func:`unshown_behaviour_cells`). :func:`entry_problem` is the rule those fields follow; :func:`verdict_label` and :func:`backend_notes` word them.
+  (:func:`unshown_behaviour_cells`). :func:`entry_problem` is the rule those fields follow;
+  :func:`verdict_label` and :func:`backend_notes` word them.
 * The **backend verdict** is :func:`overall_verdict` over the clause entries, one of
   :data:`BACKEND_VERDICTS`.
 * **Failure groups** (:func:`failure_groups`): the failed results of a backend grouped by their

@@ -242,8 +242,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these backends (default: every registered backend)")
     args, extra = parser.parse_known_args(argv)
     found = loadable(args.backend or None)
-    for ref, why in found.failures.items():
-        print(f"skipping {ref}: {why}", file=sys.stderr)
     backends = {be.name: be for be in found.backends.values()}
     refs = list(found.backends)
     not_run: list[dict] = []
@@ -262,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         results, not_run = run.collector.results, run.collector.not_run()
         DEFAULT_REPORT.parent.mkdir(parents=True, exist_ok=True)
         DEFAULT_REPORT.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    for ref, why in found.failures.items():  # after the arguments and the run were accepted:
+        print(f"skipped {ref}: {why}", file=sys.stderr)  # a usage error stays one line
     args.out.parent.mkdir(parents=True, exist_ok=True)
     ran = {r["backend"] for r in results}
     left_out = [name for name in sorted(registered_backends()) if name not in ran]
