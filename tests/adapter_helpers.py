@@ -1,5 +1,6 @@
 """The shapes, tolerance, seeded parameter and input builders and the ``jax`` fixture shared by
-tests/test_adapters.py and tests/test_adapter_bases.py (import the fixture by name to use it).
+tests/test_adapters.py and tests/test_adapter_bases.py (import the fixture by name to use it), and
+the reading of a suite run the any-library adapters' tests share (:func:`outcomes_of`).
 
 Axis legend: B batch, L_q / L_k lengths, h heads, g key/value heads, d_model query width,
 k_dim / v_dim key / value widths, d_k / d_v per-head widths, d_out output width.
@@ -37,3 +38,16 @@ def jax():
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
     return jax
+
+
+def outcomes_of(results) -> dict[tuple[str, str], set[str]]:
+    """(backend, clause) -> the outcomes of its tests that ran in a suite run's ``results`` (not
+    those of the CUDA cells, unavailable here, nor of the operations the backend does not claim):
+    what the any-library adapters' tests (MLX, PaddlePaddle, tinygrad) read of a run."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for r in results:
+        if r["outcome"] in ("unavailable", "not-implemented"):
+            continue
+        for clause in r["clauses"]:
+            found.setdefault((r["backend"], clause), set()).add(r["outcome"])
+    return found

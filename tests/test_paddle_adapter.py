@@ -20,21 +20,11 @@ import pytest
 from mhaspec import runner
 from mhaspec.backends import optional
 
+from adapter_helpers import outcomes_of
+
 HERE = pathlib.Path(__file__).parent
 needs_paddle = pytest.mark.skipif(not optional.installed("paddle"),
                                   reason="paddle is not installed (pip install 'mhaspec[paddle]')")
-
-
-def outcomes_of(results) -> dict[tuple[str, str], set[str]]:
-    """(backend, clause) -> the outcomes of its tests that ran (not those of the CUDA cells,
-    unavailable here, nor the operations the backend does not claim)."""
-    found: dict[tuple[str, str], set[str]] = {}
-    for r in results:
-        if r["outcome"] in ("unavailable", "not-implemented"):
-            continue
-        for clause in r["clauses"]:
-            found.setdefault((r["backend"], clause), set()).add(r["outcome"])
-    return found
 
 
 def paddle_alone():

@@ -20,23 +20,13 @@ import pytest
 from mhaspec import runner
 from mhaspec.backends import optional
 
+from adapter_helpers import outcomes_of
+
 HERE = pathlib.Path(__file__).parent
 needs_tinygrad = pytest.mark.skipif(
     not optional.installed("tinygrad") or shutil.which(os.environ.get("CC", "clang")) is None,
     reason="tinygrad is not installed (pip install 'mhaspec[tinygrad]') or its CPU device has no "
            "clang (apt-get install --no-install-recommends clang)")
-
-
-def outcomes_of(results) -> dict[tuple[str, str], set[str]]:
-    """(backend, clause) -> the outcomes of its tests that ran (not those of the CUDA cells,
-    unavailable here, nor the operations the backend does not claim)."""
-    found: dict[tuple[str, str], set[str]] = {}
-    for r in results:
-        if r["outcome"] in ("unavailable", "not-implemented"):
-            continue
-        for clause in r["clauses"]:
-            found.setdefault((r["backend"], clause), set()).add(r["outcome"])
-    return found
 
 
 def suite(tmp_path, backends, **options) -> dict[tuple[str, str], set[str]]:
