@@ -32,12 +32,12 @@ def show(behaviour: Behaviour) -> None:
 
 
 def blocked_weight_allowed(cell, leaked: float) -> bool:
-    """Whether the largest weight ``leaked`` at a blocked key is allowed: 0 always; a positive one
-    within :data:`MASKED_WEIGHTS_NOT_ZERO`'s bound where the cell declares it (recorded as
+    """Whether the largest weight ``leaked`` (an absolute value; NaN never allowed) at a blocked
+    key is allowed: 0 always; a positive one within :data:`MASKED_WEIGHTS_NOT_ZERO`'s bound where the cell declares it (recorded as
     shown)."""
     if leaked == 0.0:
         return True
-    if declares(cell, MASKED_WEIGHTS_NOT_ZERO) and 0.0 < leaked <= MASKED_WEIGHTS_NOT_ZERO.bound:
+    if declares(cell, MASKED_WEIGHTS_NOT_ZERO) and leaked <= MASKED_WEIGHTS_NOT_ZERO.bound:
         show(MASKED_WEIGHTS_NOT_ZERO)
         return True
     return False
@@ -65,7 +65,6 @@ def expect_blocked_weights_zero(cell, weights: np.ndarray, clause: str, where: s
         + (f" (the declared behaviour {MASKED_WEIGHTS_NOT_ZERO.name} allows at most "
            f"{MASKED_WEIGHTS_NOT_ZERO.bound:.0e})" if declares(cell, MASKED_WEIGHTS_NOT_ZERO)
            else ""))
-
 
 
 def report_fields(cell, state) -> dict:

@@ -175,9 +175,7 @@ def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
         observation.note(state, op, case.spec)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}
-    missing = observation.judge_sub_cases(state, impl.backend, op, kw, case.spec)
-    if missing and state is not None:  # a sub-case the backend does not support, in a test: not
-        observation.not_implemented_call(missing)  # implemented, the backend not called
+    observation.refuse_unsupported(state, impl.backend, op, kw, case.spec)
     if op == "sdpa":
         out = impl.call("scaled_dot_product_attention", impl.arr(case.q), impl.arr(case.k),
                         impl.arr(case.v), **kw)

@@ -27,7 +27,7 @@ def reproducer(impl: Cell, op: str, spec: CaseSpec, overrides: dict | None = Non
     """Python a user can paste to replay exactly this case on this backend."""
     shown = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in (overrides or {}).items()}
     extra = f", overrides={shown!r}" if shown else ""  # arrays as lists: replay takes them back
-    ref = run_settings().backend_refs.get(impl.backend.name, impl.backend.name)
+    ref = backend_ref(impl, run_settings())
     return ("from mhaspec.conformance.strategies import CaseSpec\n"
             "from mhaspec.conformance.replay import replay_case\n"
             f"replay_case({ref!r}, {op!r}, {spec!r}, device={impl.device!r}, "
@@ -42,26 +42,32 @@ def save_failure(impl: Cell, case: Case, op: str, clause: str, overrides: dict,
     ("" when not saved) and keeps it in the test's record (``replay``)."""
     state = state if state is not None else running()
     settings = run_settings() if state is None else state.settings
+    ref = backend_ref(impl, settings)
     path = _save_case(settings.failures_dir, state.name if state is not None else clause, impl,
-                      case, op, clause, overrides, settings)
+                      case, op, clause, overrides, ref)
     if path is None:
         return ""
-    ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
     line = f"mhaspec replay {path} --backend {ref}"
     if state is not None:
         state.replay = line
     return "\nor: " + line
 
 
+def backend_ref(impl: Cell, settings) -> str:
+    """The reference ``impl``'s backend was loaded from in the run of ``settings`` (its name when
+    the run does not know it): what a reproducer or a replay line names."""
+    return settings.backend_refs.get(impl.backend.name, impl.backend.name)
+
+
 def _save_case(directory, name: str, impl: Cell, case: Case, op: str, clause: str,
-               overrides: dict, settings) -> pathlib.Path | None:
-    """Write ``case`` as ``directory/<name>.npz`` (a replay file) and check that it reads back;
-    None when there is no directory or the case cannot be saved."""
+               overrides: dict, ref: str) -> pathlib.Path | None:
+    """Write ``case`` as ``directory/<name>.npz`` (a replay file naming the backend reference
+    ``ref``) and check that it reads back; None when there is no directory or the case cannot be
+    saved."""
     fitting = failure_save.saveable(case, overrides)
     if directory is None or fitting is None:
         return None
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-    ref = settings.backend_refs.get(impl.backend.name, impl.backend.name)
     path = failure_save.save_case(directory / f"{stem}.npz", impl, fitting[0], op=op,
                                   clause=clause, backend_ref=ref, overrides=fitting[1])
     try:
@@ -91,7 +97,7 @@ def save_passing_sample(state: ItemState, clause: str) -> None:
     if state.last_call is not None:
         impl, op, case, overrides = state.last_call
         _save_case(state.settings.passes_dir, state.name, impl, case, op, clause, overrides,
-                   state.settings)
+                   backend_ref(impl, state.settings))
 
 
 def record_failure(clause: str, what: str, error: float, scale: float, detail: str,

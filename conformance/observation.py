@@ -176,6 +176,16 @@ def judge_sub_cases(state, backend, op: str, kwargs: Mapping,
     return missing
 
 
+def refuse_unsupported(state, backend, op: str, kwargs: Mapping, spec: CaseSpec) -> None:
+    """Before a call of ``op`` with ``kwargs`` on the case ``spec``, in a test (``state`` not
+    None): a sub-case ``backend`` states it lacks (:func:`judge_sub_cases`) is not implemented and
+    the backend is not called (:func:`not_implemented_call`). Outside a test (a replay) the call
+    is made."""
+    missing = judge_sub_cases(state, backend, op, kwargs, spec)
+    if missing and state is not None:
+        not_implemented_call(missing)
+
+
 def not_implemented_call(missing: list[str]) -> None:
     """Leave a call of unsupported sub-cases out: Hypothesis draws another case (the test's
     record says it was not implemented), a test that is no Hypothesis test is skipped as not

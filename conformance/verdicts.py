@@ -110,6 +110,7 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
     ``claimed``: device -> dtypes the backend claims on its available devices; only not-run
     records of those cells count (an unclaimed dtype or absent device is not a gap)."""
     cells = {f"{d}/{t}" for d, dtypes in claimed.items() for t in dtypes}
+    unshown = unshown_behaviour_cells(results)
     out = []
     for clause in spec.clauses:
         runs = [r for r in results if clause.id in r["clauses"]]
@@ -120,7 +121,7 @@ def clause_verdicts(results: list[dict], spec, claimed: dict[str, list[str]],
         missing = sorted({cell(r) for r in not_run if clause.id in r["clauses"]} & cells)
         by = satisfied_by(clause.id, runs) if verdict == "pass" else None
         stale = stale_cells(runs)
-        quiet = [c for c in unshown_behaviour_cells(results, clause.id) if c not in stale]
+        quiet = [c for c in unshown.get(clause.id, ()) if c not in stale]
         if quiet and verdict in ("pass", "deviation", "stale-deviation"):
             verdict, by, stale = "stale-deviation", None, sorted(stale + quiet)
         shown = sorted({n for r in runs for n in r.get("behaviours", ())})
@@ -168,21 +169,27 @@ def with_behaviours(outcome: str | None, result: dict) -> str | None:
     return "deviation" if outcome == "pass" and result.get("behaviours") else outcome
 
 
-def unshown_behaviour_cells(results: list[dict], clause_id: str) -> list[str]:
-    """The ``device/dtype`` cells where a behaviour declared there whose home clause is
-    ``clause_id`` (:data:`~mhaspec.backends.behaviours.CATALOGUE`) showed in no test of one
-    backend's ``results`` but the clause ran: a stale declaration, reported on its home clause."""
+def unshown_behaviour_cells(results: list[dict]) -> dict[str, list[str]]:
+    """Home clause -> the ``device/dtype`` cells where a behaviour declared there
+    (:data:`~mhaspec.backends.behaviours.CATALOGUE`, its ``clause`` the home) showed in no test of
+    one backend's ``results`` while its home clause ran: a stale declaration, reported on the home
+    clause."""
     declared: dict[str, set[str]] = {}
     shown: dict[str, set[str]] = {}
-    ran = set()
+    ran: set[tuple[str, str]] = set()
     for r in results:
-        for name in r.get("behaviours_declared", ()):
-            if name in CATALOGUE and CATALOGUE[name].clause == clause_id:
-                declared.setdefault(cell(r), set()).add(name)
+        declared.setdefault(cell(r), set()).update(
+            n for n in r.get("behaviours_declared", ()) if n in CATALOGUE)
         shown.setdefault(cell(r), set()).update(r.get("behaviours", ()))
-        if clause_id in r["clauses"] and r["outcome"] not in NOT_EXERCISED:
-            ran.add(cell(r))
-    return sorted(c for c, names in declared.items() if c in ran and names - shown.get(c, set()))
+        if r["outcome"] not in NOT_EXERCISED:
+            ran.update((c, cell(r)) for c in r["clauses"])
+    out: dict[str, set[str]] = {}
+    for where, names in declared.items():
+        for name in names - shown[where]:
+            home = CATALOGUE[name].clause
+            if (home, where) in ran:
+                out.setdefault(home, set()).add(where)
+    return {home: sorted(where) for home, where in out.items()}
 
 
 def stale_cells(runs: list[dict]) -> list[str]:

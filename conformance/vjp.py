@@ -83,9 +83,7 @@ def run(impl, case, *, d_lse: bool = False, bias_grad: bool = False,
     if bias_grad:
         kw["bias_grad"] = True
     uses = {**kw, "lse": d_lse}  # a cotangent on the lse uses the lse's sub-cases
-    missing = observation.judge_sub_cases(running(), impl.backend, "sdpa", uses, case.spec)
-    if missing:  # a sub-case the backend states it lacks: not implemented, not called
-        observation.not_implemented_call(missing)
+    observation.refuse_unsupported(running(), impl.backend, "sdpa", uses, case.spec)
     grads = impl.call("attention_vjp", impl.arr(case.q), impl.arr(case.k), impl.arr(case.v),
                       impl.arr(d_out), d_lse=impl.arr(dl), **kw)
     return {n: impl.backend.to_numpy(g) for n, g in grads.items()}
