@@ -14,6 +14,7 @@ from __future__ import annotations
 
 
 import functools
+import itertools
 from typing import NamedTuple
 
 import numpy as np
@@ -212,6 +213,30 @@ def _params(rng: np.random.Generator, spec: CaseSpec, amp: float) -> oracle.Para
         b_q=b(h * spec.d_k), b_k=b(h * spec.d_k), b_v=b(h * spec.d_v), b_o=b(spec.d_out))
 
 
+@functools.lru_cache(maxsize=None)
+def free_shapes(max_len: int, self_attention: bool, sizes=None) -> tuple[Shapes, ...]:
+    """Every size a free draw (no shape menu) can give, smallest first, those ``sizes`` (a
+    predicate on :class:`Shapes`, None: all) accepts: B, h, L_q, d_k from the menus and, for
+    self-attention, L_k = L_q, d_v = d_k and every width h * d_k; otherwise L_k, d_v, d_model,
+    k_dim, v_dim, d_out each from theirs."""
+    lengths = tuple(n for n in LENGTHS if n <= max_len)
+    if self_attention:
+        every = (Shapes(b, h, lq, lq, d_k, d_k, *(h * d_k,) * 4)
+                 for b, h, lq, d_k in itertools.product(BATCHES, HEADS, lengths, WIDTHS))
+    else:
+        every = (Shapes(*sizes) for sizes in itertools.product(
+            BATCHES, HEADS, lengths, lengths, *(WIDTHS,) * 6))
+    return tuple(shape for shape in every if sizes is None or sizes(shape))
+
+
+@functools.lru_cache(maxsize=None)
+def _free_shape_strategy(max_len: int, self_attention: bool, sizes) -> st.SearchStrategy[Shapes]:
+    """One draw from :func:`free_shapes`: a tenth of the cost of ten draws of one size each (about
+    0.1 ms a draw), the same uniform distribution, shrinking toward the first entry (every size
+    1). Cached, since ``st.sampled_from`` hashes its whole list on every call."""
+    return st.sampled_from(free_shapes(max_len, self_attention, sizes))
+
+
 # -- strategies ------------------------------------------------------------------------------------
 
 def _check_flags(**flags) -> None:
@@ -229,57 +254,66 @@ def broadcast_shapes(draw, full: tuple[int, int, int, int], *, min_rank: int = 2
         n if draw(st.booleans()) or n == 1 else 1 for n in tail[-2:-1]) + (tail[-1],)
 
 
+#: what :func:`case_specs` can be asked to put in every case (``require``)
+REQUIRABLE = ("masks", "bias", "legacy", "key_padding")
+
+
 @st.composite
 def case_specs(draw, *, masks: bool = False, bias: bool = False, legacy: bool = False,
                key_padding: bool = False, causal: bool = False, fully_masked: bool = False,
                custom_scale: bool = False, cross: bool = True, logit_scales=LOGIT_SCALES,
-               max_len: int = 8) -> CaseSpec:
+               max_len: int = 8, require: tuple[str, ...] = (), sizes=None) -> CaseSpec:
     """Draw a :class:`CaseSpec`.
 
-    Each flag allows (not forces) one feature; ``fully_masked`` forces fully masked rows (with
-    ``masks``). ``legacy`` cases carry no other masks: the legacy form is only comparable when every
-    row keeps a key (MASK-3, MASK-4). ``cross=False`` draws self-attention shapes only.
+    Each flag allows (not forces) one feature; each name of ``require`` (of :data:`REQUIRABLE`)
+    forces its allowed feature, and ``fully_masked`` forces fully masked rows (with ``masks``).
+    ``legacy`` cases carry no other masks: the legacy form is only comparable when every row keeps
+    a key (MASK-3, MASK-4). ``cross=False`` draws self-attention shapes only. ``sizes``, a
+    predicate on :class:`Shapes`, narrows the sizes drawn from (the shape menu or every size) before
+    the draw: a constraint constructed, never a draw filtered away.
     """
     _check_flags(masks=masks, bias=bias, legacy=legacy, key_padding=key_padding, causal=causal,
                  fully_masked=fully_masked, custom_scale=custom_scale, cross=cross)
     if fully_masked and not masks:
         raise ValueError("argument 'fully_masked' needs masks=True")
+    allowed = {"masks": masks, "bias": bias, "legacy": legacy, "key_padding": key_padding}
+    wrong = [name for name in require if not allowed.get(name)]
+    if wrong:
+        raise ValueError(f"argument 'require' names {wrong}, which are not allowed here "
+                         f"(requirable: {list(REQUIRABLE)}, each with its flag True)")
     shapes = shape_menu()
     if shapes is not None:
-        menu = [m for m in shapes if cross or m.self_attention]
+        menu = [m for m in shapes if (cross or m.self_attention) and (sizes is None or sizes(m))]
+        if not menu:
+            raise ValueError("argument 'sizes' accepts no shape of the run's menu")
         b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out = draw(st.sampled_from(menu))
         self_attention = Shapes(b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out).self_attention
         self_attention = self_attention and (not cross or draw(st.booleans()))
     else:
-        lengths = tuple(n for n in LENGTHS if n <= max_len)
-        b = draw(st.sampled_from(BATCHES))
-        h = draw(st.sampled_from(HEADS))
-        lq = draw(st.sampled_from(lengths))
-        self_attention = not cross or draw(st.booleans())
-        lk = lq if self_attention else draw(st.sampled_from(lengths))
-        d_k = draw(st.sampled_from(WIDTHS))
-        d_v = d_k if self_attention else draw(st.sampled_from(WIDTHS))
-        d_model = h * d_k if self_attention else draw(st.sampled_from(WIDTHS))
-        k_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
-        v_dim = d_model if self_attention else draw(st.sampled_from(WIDTHS))
-        d_out = d_model if self_attention else draw(st.sampled_from(WIDTHS))
+        can_self = bool(free_shapes(max_len, True, sizes))
+        can_cross = cross and bool(free_shapes(max_len, False, sizes))
+        if not (can_self or can_cross):
+            raise ValueError("argument 'sizes' accepts no shape")
+        self_attention = can_self and (not can_cross or draw(st.booleans()))
+        b, h, lq, lk, d_k, d_v, d_model, k_dim, v_dim, d_out = draw(
+            _free_shape_strategy(max_len, self_attention, sizes))
     full = (b, h, lq, lk)
-    use_legacy = legacy and draw(st.booleans())
+    use_legacy = legacy and ("legacy" in require or draw(st.booleans()))
     spec = CaseSpec(
         batch=b, heads=h, len_q=lq, len_k=lk, d_k=d_k, d_v=d_v, d_model=d_model, k_dim=k_dim,
         v_dim=v_dim, d_out=d_out, self_attention=self_attention, use_bias=draw(st.booleans()),
         logit_scale=draw(st.sampled_from(logit_scales)), seed=draw(st.integers(0, 2**16)))
-    if masks and not use_legacy and (fully_masked or draw(st.booleans())):
+    if masks and not use_legacy and (fully_masked or "masks" in require or draw(st.booleans())):
         shape = draw(broadcast_shapes(full))
         if fully_masked and len(shape) >= 2 and shape[-2] == 1:
             shape = shape[:-2] + (lq, lk)
         spec = spec._replace(mask_shape=shape, mask_density=draw(st.sampled_from(MASK_DENSITIES)),
                              fully_masked_rows=fully_masked)
-    if bias and draw(st.booleans()):
+    if bias and ("bias" in require or draw(st.booleans())):
         spec = spec._replace(bias_shape=draw(broadcast_shapes(full)))
     if use_legacy:
         spec = spec._replace(legacy_shape=draw(broadcast_shapes(full)))
-    if key_padding and not use_legacy and draw(st.booleans()):
+    if key_padding and not use_legacy and ("key_padding" in require or draw(st.booleans())):
         spec = spec._replace(key_padding=True)
     if causal and not use_legacy and draw(st.booleans()):
         spec = with_causal(spec, draw(st.sampled_from(oracle.CAUSAL_ALIGNMENTS)))
@@ -304,17 +338,19 @@ FEATURE_CAPABILITIES = {"gqa": "gqa", "softcap": "softcap", "window": "window", 
 def feature_specs(draw, *, allow=(), require=(), masks: bool = False, bias: bool = False,
                   key_padding: bool = False, causal: bool = False, fully_masked: bool = False,
                   custom_scale: bool = False, cross: bool = True,
-                  logit_scales=LOGIT_SCALES) -> CaseSpec:
+                  logit_scales=LOGIT_SCALES, sizes=None) -> CaseSpec:
     """Draw a :class:`CaseSpec` with spec 1.2 features (names of :data:`FEATURE_CAPABILITIES`):
-    each of ``require`` always, each of ``allow`` sometimes; the other flags as for
-    :func:`case_specs`. The values come from the menus of :mod:`~mhaspec.conformance.features`,
+    each of ``require`` always, each of ``allow`` sometimes; ``require`` may also name what
+    :func:`case_specs` can require (:data:`REQUIRABLE`); the other flags as for :func:`case_specs`. The values come from the menus of :mod:`~mhaspec.conformance.features`,
     edge cases included (windows of 0 and wider than L_k, one segment and a segment per token, an
     empty cache and one longer than the new keys, slopes of 0, tiny and huge soft caps). A cache
     excludes segments and sequence lengths (CACHE-2) and makes the diagonal bottom-right; masks
     then cover the present cache's L_K keys."""
-    unknown = sorted((set(allow) | set(require)) - set(FEATURE_CAPABILITIES))
+    unknown = sorted((set(allow) - set(FEATURE_CAPABILITIES))
+                     | (set(require) - set(FEATURE_CAPABILITIES) - set(REQUIRABLE)))
     if unknown:
-        raise ValueError(f"unknown features {unknown} (known: {sorted(FEATURE_CAPABILITIES)})")
+        raise ValueError(f"unknown features {unknown} (known: {sorted(FEATURE_CAPABILITIES)}; "
+                         f"require also: {list(REQUIRABLE)})")
     want = {f for f in FEATURE_CAPABILITIES if f in require or (f in allow and draw(st.booleans()))}
     if "cache" in want and not {"segments", "seq_lengths"}.isdisjoint(want):
         if "cache" in require:
@@ -323,7 +359,8 @@ def feature_specs(draw, *, allow=(), require=(), masks: bool = False, bias: bool
             want.discard("cache")
     spec = draw(case_specs(masks=masks, bias=bias, key_padding=key_padding, causal=causal,
                            fully_masked=fully_masked, custom_scale=custom_scale, cross=cross,
-                           logit_scales=logit_scales))
+                           logit_scales=logit_scales, sizes=sizes,
+                           require=tuple(r for r in require if r in REQUIRABLE)))
     f = features
     changes: dict = {}
     if "gqa" in want:

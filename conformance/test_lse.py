@@ -43,8 +43,8 @@ def test_lse_of_a_fully_masked_row_is_minus_infinity(cell, op, spec):
 @pytest.mark.clause("LSE-2")
 @pytest.mark.requires("sdpa")
 @covering.cover("LSE-2", cut=0.5)
-@given(spec=feature_specs(require=("lse",), allow=("softcap",), key_padding=True).filter(
-    lambda s: s.len_k > 1), cut=st.floats(0.1, 0.9))
+@given(spec=feature_specs(require=("lse",), allow=("softcap",), key_padding=True,
+                            sizes=lambda z: z.len_k > 1), cut=st.floats(0.1, 0.9))
 def test_merging_two_key_blocks_by_lse_equals_the_whole(cell, spec, cut):
     """Keys [0, m) and [m, L_k) attended separately (key padding sliced with them), merged by
     LSE-2's formula, against the oracle over all keys."""

@@ -35,7 +35,7 @@ def _expect_zero_where_blocked(cell, op, got, allowed, clause):
 
 @pytest.mark.clause("MASK-1")
 @covering.cover("MASK-1")
-@given(spec=case_specs(masks=True).filter(lambda s: s.mask_shape is not None))
+@given(spec=case_specs(masks=True, require=("masks",)))
 def test_boolean_mask_true_means_may_attend(cell, op, spec):
     case = cell.case(spec, op)
     got = harness.run(cell, op, case)
@@ -45,7 +45,7 @@ def test_boolean_mask_true_means_may_attend(cell, op, spec):
 
 @pytest.mark.clause("MASK-1")
 @pytest.mark.dtypes("float64", "float32")
-@given(spec=case_specs(masks=True, logit_scales=(1e5,)).filter(lambda s: s.mask_shape is not None))
+@given(spec=case_specs(masks=True, logit_scales=(1e5,), require=("masks",)))
 def test_masked_keys_get_zero_weight_even_at_large_logits(cell, op, spec):
     """A finite fill value (e.g. -1e4) leaks weight when every allowed logit of a row is below it."""
     case = cell.case(spec, op)
@@ -57,7 +57,7 @@ def test_masked_keys_get_zero_weight_even_at_large_logits(cell, op, spec):
 @pytest.mark.clause("MASK-2")
 @pytest.mark.requires("bias")
 @covering.cover("MASK-2")
-@given(spec=case_specs(bias=True).filter(lambda s: s.bias_shape is not None))
+@given(spec=case_specs(bias=True, require=("bias",)))
 def test_bias_is_added_to_the_scaled_logits(cell, op, spec):
     case = cell.case(spec, op)
     harness.expect_oracle(cell, case, harness.run(cell, op, case), op=op, clause="MASK-2")
@@ -67,7 +67,7 @@ def test_bias_is_added_to_the_scaled_logits(cell, op, spec):
 @pytest.mark.requires("legacy_mask")
 @pytest.mark.dtypes("float64", "float32", "bfloat16")
 @covering.cover("MASK-3")
-@given(spec=case_specs(legacy=True).filter(lambda s: s.legacy_shape is not None))
+@given(spec=case_specs(legacy=True, require=("legacy",)))
 def test_legacy_mask_one_means_blocked_times_minus_1e9(cell, op, spec):
     case = cell.case(spec, op)
     got = harness.run(cell, op, case)
@@ -104,7 +104,7 @@ def test_legacy_offset_is_exactly_minus_1e9(cell, op):
 
 @pytest.mark.clause("MASK-5")
 @covering.cover("MASK-5")
-@given(spec=case_specs(key_padding=True).filter(lambda s: s.key_padding))
+@given(spec=case_specs(key_padding=True, require=("key_padding",)))
 def test_key_padding_mask_true_means_key_present(cell, op, spec):
     case = cell.case(spec, op)
     got = harness.run(cell, op, case)
@@ -183,7 +183,7 @@ def test_all_true_mask_equals_no_mask(cell, op, spec):
 @pytest.mark.requires("bias")
 @covering.cover("MASK-11")
 @given(spec=st.one_of(case_specs(masks=True, fully_masked=True),
-                      case_specs(masks=True).filter(lambda s: s.mask_shape is not None)))
+                      case_specs(masks=True, require=("masks",))))
 # always run: fully masked rows (a mask giving the mean of V where the -inf bias gives 0 or NaN)
 @example(spec=CaseSpec(mask_shape=(2, 1, 3, 3), fully_masked_rows=True, seed=1))
 def test_boolean_mask_equals_its_minus_inf_bias(cell, op, spec):
@@ -201,8 +201,8 @@ def test_boolean_mask_equals_its_minus_inf_bias(cell, op, spec):
 
 @pytest.mark.clause("MASK-12")
 @covering.cover("MASK-12")
-@given(spec=case_specs(key_padding=True).map(lambda s: s._replace(key_padding=True))
-       .filter(lambda s: s.len_k > 1))
+@given(spec=case_specs(key_padding=True, require=("key_padding",),
+                           sizes=lambda z: z.len_k > 1))
 def test_values_at_masked_keys_do_not_matter(cell, op, spec):
     case = cell.case(spec, op)
     blocked = ~case.key_padding_mask  # (B, L_k)
@@ -230,8 +230,8 @@ def test_values_at_masked_keys_do_not_matter(cell, op, spec):
 @pytest.mark.requires("masks")
 @extremes.EXPECTED_NONFINITE_WARNINGS
 @covering.cover("MASK-13")
-@given(spec=case_specs(masks=True, causal=True).map(lambda s: s._replace(key_padding=True))
-       .filter(lambda s: s.len_k > 1),
+@given(spec=case_specs(masks=True, causal=True, key_padding=True,
+                           require=("key_padding",), sizes=lambda z: z.len_k > 1),
        value=st.sampled_from(sorted(extremes.NONFINITE)))
 # always run: a NaN key behind key padding (PyTorch issue 101967)
 @example(spec=CaseSpec(len_k=5, key_padding=True, seed=3), value="nan")

@@ -241,7 +241,7 @@ def test_a_sink_enters_once_after_the_merge(cell, spec, states, empty, lse_base)
 @pytest.mark.clause("MERGE-5")
 @pytest.mark.requires("sdpa", "lse", "causal")
 @covering.cover("MERGE-5")
-@given(spec=case_specs(custom_scale=True).filter(lambda s: s.len_k > s.len_q))
+@given(spec=case_specs(custom_scale=True, sizes=lambda z: z.len_k > z.len_q))
 def test_chunked_prefill_merged_equals_the_cache_call(cell, spec):
     """The first L_k - L_q keys are the cache (attended without a mask), the last L_q the new
     tokens (causal, bottom-right); both states from the backend's own attention, merged."""

@@ -38,7 +38,7 @@ def _swap_heads(case, i, j):
 
 @pytest.mark.clause("PARAM-2")
 @covering.cover("PARAM-2")
-@given(spec=case_specs(cross=True).filter(lambda s: s.heads > 1))
+@given(spec=case_specs(cross=True, sizes=lambda z: z.heads > 1))
 def test_head_i_owns_column_block_i(cell, spec):
     """Swapping two heads' column blocks (and W_o row blocks) swaps their weights and keeps the output."""
     case = cell.case(spec)

@@ -30,7 +30,7 @@ def test_scale_defaults_to_rsqrt_dk_and_can_be_overridden(cell, spec):
 
 @pytest.mark.clause("SDPA-3")
 @covering.cover("SDPA-3")
-@given(spec=case_specs(cross=True).filter(lambda s: s.d_v != s.d_k))
+@given(spec=case_specs(cross=True, sizes=lambda z: z.d_v != z.d_k))
 def test_value_width_may_differ_from_key_width(cell, spec):
     case = cell.case(spec, "sdpa")
     harness.expect_oracle(cell, case, cell.sdpa(case), op="sdpa", clause="SDPA-3")
@@ -98,8 +98,8 @@ def test_permuting_queries_permutes_the_output(cell, spec):
 
 @pytest.mark.clause("SDPA-7")
 @covering.cover("SDPA-7")
-@given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True)
-       .filter(lambda s: s.batch > 1))
+@given(spec=case_specs(masks=True, bias=True, key_padding=True, causal=True,
+                           sizes=lambda z: z.batch > 1))
 def test_batch_items_are_independent(cell, spec):
     case = cell.case(spec, "sdpa")
     items = np.arange(1, spec.batch)
