@@ -27,7 +27,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "conformance"]
+nox.options.sessions = ["tests", "paddle", "conformance"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 TORCH = shlex.split(os.environ.get("MHASPEC_TORCH", "torch==2.13.0"))
@@ -37,8 +37,9 @@ FRAMEWORKS = ("torch", "jax", "tensorflow", "onnx")  # extras; "onnx" brings ONN
 #: MLX); ``nox -s conformance`` leaves them out, and their adapters then report themselves
 #: unavailable. Not "tinygrad": its CPU device needs clang, and its ci suite alone takes ~13 minutes
 #: on the 2-core machine. Not "paddle": importing paddle 3.3.1 in a process that has imported
-#: tensorflow crashes it, which a pytest worker running both frameworks' tests does (767 MB too).
-#: Their tests (tests/test_paddle_adapter.py, tests/test_tinygrad_adapter.py) skip without them.
+#: tensorflow crashes it, so in a worker that ran TensorFlow's tests the adapter reports itself
+#: unavailable and the Paddle-alone tests skip: the ``paddle`` session runs them in an environment
+#: without TensorFlow. tests/test_tinygrad_adapter.py skips without tinygrad.
 ECOSYSTEM = ("flax", "hf", "mlx")
 #: The environment of each pytest-xdist worker (where the caller's does not set these): one compute
 #: thread, since with a worker per core the frameworks' own thread pools (OpenBLAS, OpenMP,
@@ -124,6 +125,16 @@ def tests(session: nox.Session) -> None:
     # end: where the CI run's time goes
     workers, _ = parallel(session.posargs)
     session.run("pytest", *workers, "--durations=30", *session.posargs)
+
+
+@nox.session
+def paddle(session: nox.Session) -> None:
+    """PaddlePaddle's adapters (``paddle-sdpa``, ``paddle-mha``): tests/test_paddle_adapter.py in
+    an environment with Paddle and without TensorFlow (importing paddle 3.3.1 after tensorflow
+    crashes the process, so in the tests session these tests skip), one process: the suite on
+    both adapters and their broken twins, and each declaration reproduced with Paddle alone."""
+    install(session, "paddle")
+    session.run("pytest", "-p", "no:xdist", "tests/test_paddle_adapter.py", *session.posargs)
 
 
 #: Where ``nox -s conformance`` keeps its results and the conformance matrix rendered from them.

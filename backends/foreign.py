@@ -23,11 +23,15 @@ An adapter subclasses :class:`ForeignAdapter` and writes, in the library's own t
   gradients of what ``native_attention`` computes, by the library's autodiff);
 * ``library_dtypes``: the dtypes the op computes in (any of float64, float32, float16, bfloat16).
 
+A module (multi-head attention with its own projections) writes ``mha`` instead (the signature of
+:meth:`~.adapters.NativeAdapter.mha`, NumPy arrays in and out, converted with ``as_native`` and
+``from_native``) and claims "mha" (and "weights" where it returns them): ``paddle-mha``.
+
 The base validates every call, folds the spec's masking arguments into the one mask, and judges
 nothing itself. It returns no attention weights (the op has none), a gradient call with an lse
 cotangent, a bias gradient, a KV cache or sinks is not implemented (the capabilities the base
-can claim: sdpa, masks, bias, causal, legacy_mask, errors, gqa where the op groups heads,
-attention_vjp).
+can claim: sdpa, mha, weights, masks, bias, causal, legacy_mask, errors, gqa where the op groups
+heads, attention_vjp).
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from . import masks as mask_helpers
 from .adapters import MaskArgs, NumpyAdapter
 
 #: what the base can carry; an adapter claims the part its op computes
-FOREIGN_CAPABILITIES = frozenset({"sdpa", "masks", "bias", "causal", "legacy_mask", "errors", "gqa",
-                                  "attention_vjp"})
+FOREIGN_CAPABILITIES = frozenset({"sdpa", "mha", "weights", "masks", "bias", "causal", "legacy_mask",
+                                  "errors", "gqa", "attention_vjp"})
 
 
 def bfloat16():

@@ -1,8 +1,9 @@
-"""Adapter for PaddlePaddle's attention, ``paddle.nn.functional.scaled_dot_product_attention``:
-``paddle-sdpa``, on :class:`~.foreign.ForeignAdapter` (the suite's arrays NumPy, converted at the
-op).
+"""Adapters for PaddlePaddle's attention, on :class:`~.foreign.ForeignAdapter` (the suite's arrays
+NumPy, converted at the op): ``paddle-sdpa``, ``paddle.nn.functional.scaled_dot_product_attention``,
+and ``paddle-mha``, the module ``paddle.nn.MultiHeadAttention``.
 
-Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k keys, d_k / d_v widths.
+Axis legend: B batch, h query heads, g key/value heads, L_q queries, L_k keys, d_k / d_v widths,
+d_model = E the module's width.
 
 The op takes q (B, L_q, h, d_k), k (B, L_k, g, d_k), v (B, L_k, g, d_v): sequence before heads,
 so the adapter transposes the spec's (B, h, L, d) in and the output back; g dividing h (its own
@@ -18,6 +19,16 @@ float64 and float32; float16 and bfloat16 are not claimed: Paddle's CPU build re
 ``ImportError("unavailable: ...")`` and a run over the backends leaves the adapter out; so does
 a process that has imported TensorFlow before it (importing paddle 3.3.1 after tensorflow-cpu
 crashes with a segmentation fault; paddle first, then tensorflow, works).
+
+The module (``paddle-mha``) holds the spec's parameters as they are (its ``Linear`` layers compute
+``x @ weight + bias`` with weight (in, out), the spec's layout), ties every width to ``embed_dim``
+= d_model (h * d_k = h * d_v = d_out = d_model; key and value widths too, as the adapter claims no
+"cross"), always scales by 1/sqrt(d_k), and takes one ``attn_mask`` broadcast to (B, h, L_q,
+L_k): boolean (True = may attend), which it adds as ``(mask - 1) * 1e9``, or additive, into which
+the adapter folds bias and legacy mask (blocked entries the dtype's lowest finite value). Its
+softmax clamps x - max at -64, so a blocked key's weight is e^-64 = 1.6e-28, not 0: the catalogued
+behaviour ``masked-weights-not-zero`` (:mod:`.behaviours`), declared as such. It returns the
+weights (``need_weights=True``).
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ import warnings
 
 import numpy as np
 
+from . import masks as mask_helpers
+from ._base import MHAParams
+from .calls import MaskArgs
 from .foreign import ForeignAdapter, bfloat16
 from .optional import require
 
@@ -47,10 +61,32 @@ with warnings.catch_warnings():  # Paddle's import warns that ccache (for C++ ex
 SEQUENCE_FIRST = [0, 2, 1, 3]
 
 
-class PaddleSDPA(ForeignAdapter):
-    """``paddle.nn.functional.scaled_dot_product_attention`` behind the spec's SDPA."""
+class PaddleArrays(ForeignAdapter):
+    """Paddle tensors at the op: what both adapters share (conversion, version, devices)."""
 
     framework = "paddle"
+
+    def framework_version(self) -> str:
+        return paddle.__version__
+
+    def devices(self) -> dict[str, str | None]:
+        return {"cpu": None, "cuda": f"{self.name} runs on the CPU here (Paddle's CUDA build is "
+                                     f"another install)"}
+
+    def to_native(self, x: np.ndarray):
+        if x.dtype.name == "bfloat16":  # NumPy's bfloat16 (ml_dtypes) is not one Paddle reads
+            return paddle.to_tensor(x.astype(np.float32)).astype("bfloat16")
+        return paddle.to_tensor(x)
+
+    def from_native(self, y) -> np.ndarray:
+        if y.dtype == paddle.bfloat16:  # Paddle hands bfloat16 to NumPy as its uint16 bits
+            return y.astype("float32").numpy().astype(bfloat16())
+        return y.numpy()
+
+
+class PaddleSDPA(PaddleArrays):
+    """``paddle.nn.functional.scaled_dot_product_attention`` behind the spec's SDPA."""
+
     native_op = "paddle.nn.functional.scaled_dot_product_attention"
     capabilities = frozenset({"sdpa", "masks", "bias", "causal", "legacy_mask", "errors", "gqa",
                               "attention_vjp"})
@@ -76,23 +112,6 @@ class PaddleSDPA(ForeignAdapter):
             return {c: r for c, r in self.deviations.items() if c != "NUM-6"}
         return dict(self.deviations)
 
-    def framework_version(self) -> str:
-        return paddle.__version__
-
-    def devices(self) -> dict[str, str | None]:
-        return {"cpu": None, "cuda": "paddle-sdpa runs on the CPU here (Paddle's CUDA build is "
-                                     "another install)"}
-
-    def to_native(self, x: np.ndarray):
-        if x.dtype.name == "bfloat16":  # NumPy's bfloat16 (ml_dtypes) is not one Paddle reads
-            return paddle.to_tensor(x.astype(np.float32)).astype("bfloat16")
-        return paddle.to_tensor(x)
-
-    def from_native(self, y) -> np.ndarray:
-        if y.dtype == paddle.bfloat16:  # Paddle hands bfloat16 to NumPy as its uint16 bits
-            return y.astype("float32").numpy().astype(bfloat16())
-        return y.numpy()
-
     def native_attention(self, q, k, v, mask, scale: float):
         q, k, v = (paddle.transpose(x, SEQUENCE_FIRST) for x in (q, k, v))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
@@ -111,4 +130,80 @@ class PaddleSDPA(ForeignAdapter):
         return dict(zip(names, grads))
 
 
+class PaddleMHA(PaddleArrays):
+    """``paddle.nn.MultiHeadAttention`` behind the spec's multi-head attention (the module
+    docstring says what it ties and how it masks)."""
+
+    native_op = "paddle.nn.MultiHeadAttention"
+    capabilities = frozenset({"mha", "weights", "masks", "bias", "causal", "legacy_mask",
+                              "errors"})
+    library_dtypes = ("float64", "float32")
+    deviations = {
+        "behaviour:masked-weights-not-zero":
+            "the softmax clamps x - max at -64 (paddle/phi/kernels/funcs/softmax_impl.h, "
+            "ValueClip), so a blocked key, whose logit the module lowers by 1e9, keeps the weight "
+            "e^-64 = 1.6e-28 instead of 0",
+        "MASK-9": "a row with no allowed key gives the softmax of its own logits, not zeros: a "
+                  "boolean attn_mask is added as (mask - 1) * 1e9 (paddle/nn/layer/transformer.py, "
+                  "_convert_attention_mask), which lowers every logit of the row alike (float32: "
+                  "-1e9 swallows logits below 32 in size, giving about the mean of V); with a bias, "
+                  "where the adapter passes the dtype's lowest finite value, the mean of V",
+        "MASK-11": "in a row with no allowed key the boolean mask and its -inf bias differ: the "
+                   "mask gives the softmax of the row's logits (MASK-9), the -inf bias NaN",
+        "MASK-13": "a NaN or inf key behind a boolean mask reaches every row: the module adds the "
+                   "mask (q.k - 1e9 is NaN for a NaN key) instead of excluding the key",
+        "NUM-6": "float32: a NaN logit row gives a finite output: the CPU softmax clamps x - max "
+                 "at -64 and its vectorised path (rows of 8 or more) turns NaN into -64",
+        "SHAPE-4": "an empty batch, query length or key length gives an output of shape (0, 0, E) "
+                   "and weights with an empty batch: the module reshapes with shape=[0, 0, ...] "
+                   "(paddle/nn/layer/transformer.py), 0 meaning 'copy the input's dimension'",
+    }
+
+    def deviations_on(self, device: str, dtype: str) -> dict[str, str]:
+        """NUM-6 holds in float32 only, as for paddle-sdpa (the same softmax)."""
+        if dtype != "float32":
+            return {c: r for c, r in self.deviations.items() if c != "NUM-6"}
+        return dict(self.deviations)
+
+    def mha(self, query, key, value, p: MHAParams, num_heads: int, m: MaskArgs, **grouping):
+        d_model, hd_k = p.w_q.shape
+        if not mask_helpers.is_default_scale(m.scale, hd_k // num_heads):
+            self.unsupported(f"scale = {m.scale!r} (it always uses 1/sqrt(d_k) = "
+                             f"{(hd_k // num_heads) ** -0.5!r})")
+        module = self.module(p, num_heads, query.dtype)
+        allowed = mask_helpers.allowed_mask(query.shape[1], key.shape[1], like=query,
+                                            mask=m.mask, key_padding_mask=m.key_padding_mask,
+                                            causal=m.causal)
+        additive = mask_helpers.additive_mask(like=query, bias=m.bias, legacy_mask=m.legacy_mask)
+        attn = allowed if additive is None else mask_helpers.fill_blocked(
+            allowed, like=query, additive=additive, fill=self.blocked_fill(query.dtype))
+        out, weights = module(*(self.as_native(x) for x in (query, key, value)),
+                              attn_mask=None if attn is None else self.as_native(attn))
+        return self.from_native(out), self.from_native(weights)
+
+    def module(self, p: MHAParams, num_heads: int, dtype):
+        """A ``paddle.nn.MultiHeadAttention`` in ``dtype`` (eval, dropout 0, weights returned)
+        holding the spec's parameters (PARAM-1, PARAM-2); widths other than d_model are not
+        expressible (it claims no "cross")."""
+        d_model, hd_k = p.w_q.shape
+        hd_v, d_out = p.w_o.shape
+        if hd_k != d_model or hd_v != d_model or d_out != d_model:
+            self.unsupported(f"h*d_k = {hd_k}, h*d_v = {hd_v}, d_out = {d_out} with d_model = "
+                             f"{d_model}: every projection width must equal embed_dim = d_model")
+        biased = p.b_q is not None
+        module = paddle.nn.MultiHeadAttention(
+            d_model, num_heads, dropout=0.0, kdim=p.w_k.shape[0], vdim=p.w_v.shape[0],
+            need_weights=True, bias_attr=None if biased else False)
+        module.to(dtype=np.dtype(dtype).name)
+        module.eval()
+        for layer, weight, bias in (("q_proj", p.w_q, p.b_q), ("k_proj", p.w_k, p.b_k),
+                                    ("v_proj", p.w_v, p.b_v), ("out_proj", p.w_o, p.b_o)):
+            linear = getattr(module, layer)
+            linear.weight.set_value(self.as_native(np.asarray(weight, dtype=dtype)))
+            if biased:
+                linear.bias.set_value(self.as_native(np.asarray(bias, dtype=dtype)))
+        return module
+
+
 SDPA = PaddleSDPA("paddle-sdpa")
+MHA = PaddleMHA("paddle-mha")

@@ -1,8 +1,8 @@
-"""``paddle-sdpa``: PaddlePaddle's attention through the any-library adapter base
-(:mod:`mhaspec.backends.foreign`): the ci suite in every dtype it claims (float64 and float32,
-``attention_vjp`` by Paddle's own autodiff), two wrong mappings rejected under their clauses
-(tests/broken_paddle.py), and the facts its declarations rest on, each reproduced with Paddle
-alone.
+"""``paddle-sdpa`` and ``paddle-mha``: PaddlePaddle's attention function and module through the
+any-library adapter base (:mod:`mhaspec.backends.foreign`): the ci suite in every dtype they claim
+(float64 and float32, ``attention_vjp`` by Paddle's own autodiff), three wrong mappings rejected
+under their clauses (tests/broken_paddle.py), and the facts their declarations rest on, each
+reproduced with Paddle alone.
 
 Everything that runs Paddle is skipped, with the reason, when paddle is not installed
 (``pip install 'mhaspec[paddle]'``, noxfile.py's tests session)."""
@@ -46,11 +46,13 @@ def test_the_suite_in_every_claimed_dtype_and_two_wrong_mappings(tmp_path):
     """ci profile, float64 and float32: paddle-sdpa passes every clause it claims but its declared
     deviations (strict xfails: they really deviate; NUM-6 in float32 only), attention_vjp's
     clauses (GRAD-3 and on) by paddle.grad included; swapped dq/dk fails GRAD-3 and a negated
-    bias MASK-2."""
+    bias MASK-2; paddle-mha passes every clause but its declarations (the clamped masked weights
+    attributed as a behaviour wherever they show) and transposed weights fail PARAM-1."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     run = runner.run_subprocess(
         runner.suite_args(backends=["paddle-sdpa", "broken_paddle:SWAPPED_GRADIENTS",
-                                    "broken_paddle:NEGATED_BIAS"], profile="ci",
+                                    "broken_paddle:NEGATED_BIAS", "paddle-mha",
+                                    "broken_paddle:TRANSPOSED_WEIGHTS"], profile="ci",
                           extra=["-n", "0", "--tb=no"]),
         cwd=tmp_path, env=env, timeout=900)
     assert run.results, f"suite did not finish:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
@@ -67,6 +69,14 @@ def test_the_suite_in_every_claimed_dtype_and_two_wrong_mappings(tmp_path):
     assert dtypes == {"float64", "float32"}, dtypes
     assert "fail" in found[("paddle-sdpa-swapped-gradients", "GRAD-3")], found
     assert "fail" in found[("paddle-sdpa-negated-bias", "MASK-2")], found
+    module = {c: o for (b, c), o in found.items() if b == "paddle-mha"}
+    assert {c for c, o in module.items() if o & {"fail", "error"}} == set(), module
+    # declared: SHAPE-4, MASK-9, MASK-11, MASK-13; the behaviour shows in MASK-1 and MASK-5 to 8
+    assert {c for c, o in module.items() if o == {"deviation"}} == {
+        "SHAPE-4", "MASK-1", "MASK-5", "MASK-6", "MASK-7", "MASK-8", "MASK-9", "MASK-11",
+        "MASK-13"}, module
+    assert module["NUM-6"] == {"pass", "deviation"}, module
+    assert "fail" in found[("paddle-mha-transposed-weights", "PARAM-1")], found
 
 
 @needs_paddle
@@ -119,6 +129,35 @@ def test_softmax_clamps_at_minus_64_with_paddle_alone():
     np.testing.assert_array_equal(
         F.softmax(paddle.to_tensor(nan_row.astype(np.float32))).numpy(), np.full((1, 8), 0.125))
     assert np.isnan(F.softmax(paddle.to_tensor(nan_row)).numpy()).all()
+
+
+@needs_paddle
+def test_the_module_masks_by_adding_minus_1e9_with_paddle_alone():
+    """paddle-mha's declarations, with Paddle alone: a blocked key keeps the weight e^-64 =
+    1.6e-28 (the behaviour masked-weights-not-zero); a row with no allowed key gives the softmax
+    of its own logits (MASK-9: the boolean mask is added as (mask - 1) * 1e9), and with a -inf
+    mask NaN (MASK-11); empty sizes give an output of shape (0, 0, E) (SHAPE-4)."""
+    paddle, _ = paddle_alone()
+    module = paddle.nn.MultiHeadAttention(4, 1, need_weights=True)
+    module.to(dtype="float64")
+    module.eval()
+    rng = np.random.default_rng(0)
+    query, key = paddle.to_tensor(rng.standard_normal((1, 2, 4))), paddle.to_tensor(
+        rng.standard_normal((1, 3, 4)))
+    allowed = np.array([[False, False, False], [True, True, False]])
+    _, weights = module(query, key, key, attn_mask=paddle.to_tensor(allowed[None, None]))
+    # e^-64 over the row's normaliser (between 1 and its 3 keys)
+    assert np.exp(-64.0) / 3 < weights.numpy()[0, 0, 1, 2] <= np.exp(-64.0)
+    _, unmasked = module(query, key, key)
+    # the same logits, each lowered by 1e9 (float64 keeps them to about 1e9 * 2^-52 = 2e-7)
+    np.testing.assert_allclose(weights.numpy()[0, 0, 0], unmasked.numpy()[0, 0, 0], rtol=1e-6)
+    minus_inf = paddle.to_tensor(np.where(allowed, 0.0, -np.inf)[None, None])
+    out, _ = module(query, key, key, attn_mask=minus_inf)
+    assert np.isnan(out.numpy()[0, 0]).all() and np.isfinite(out.numpy()[0, 1]).all()
+    for b, len_q, len_k in ((0, 1, 3), (1, 0, 3), (1, 1, 0)):
+        out, _ = module(paddle.zeros((b, len_q, 4), "float64"), paddle.zeros((b, len_k, 4), "float64"),
+                        paddle.zeros((b, len_k, 4), "float64"))
+        assert tuple(out.shape) == (0, 0, 4), (b, len_q, len_k, out.shape)
 
 
 @needs_paddle
