@@ -1,0 +1,21 @@
+"""python -m mhaspec.bench.certify_cost: the ci and certify profiles of one backend, side by side."""
+
+from __future__ import annotations
+
+from mhaspec.bench import certify_cost
+
+
+def test_both_profiles_run_as_a_user_runs_them_and_are_compared(capsys):
+    assert certify_cost.main(["numpy-batched", "--seed", "3", "--",
+                              "-k", "test_sdpa_output_is_b_h_lq_dv"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("certify-cost numpy-batched round 1: ci ")
+    assert "certify (seed 3)" in line and ", ratio " in line
+    # a selection leaves most clauses unrun: both certificates say so, and the same tests ran
+    assert line.count("incomplete") == 2 and line.count(", 3 tests") == 2
+
+
+def test_a_certificate_is_described_by_its_verdict_tally_and_tests():
+    certificate = {"summary": {"verdict": "conforms", "counts": {"pass": 97, "not-implemented": 2}},
+                   "run": {"tests_run": 660}}
+    assert certify_cost.describe(certificate) == "conforms (2 not-implemented, 97 pass), 660 tests"
