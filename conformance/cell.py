@@ -112,10 +112,18 @@ class Cell(NamedTuple):
 
         return once(case.query), once(case.key), once(case.value)
 
-    def call(self, method: str, *args, **kwargs):
+    def call(self, method: str, *args, spec: CaseSpec | None = None, **kwargs):
         """``backend.<method>(*args, **kwargs)`` under the run's per-call time limit, counted on
-        the running test. Every backend operation of the suite is called through here."""
+        the running test. Every backend operation of the suite is called through here. With
+        ``spec``, the case a call of an operation runs (:data:`OPERATION_OF` its method): unless
+        the backend's ``sub_cases`` rule out a sub-case it uses, when in a test it is not
+        implemented and the backend is not called (:func:`.observation.refuse_unsupported`; a
+        ``d_lse`` cotangent uses the lse's sub-cases). :func:`run`, the backward passes and the
+        direct calls of INPUT-1, DET-1 and MASK-3 all pass it."""
         state = running()
+        if spec is not None:
+            uses = {**kwargs, "lse": bool(kwargs.get("lse")) or kwargs.get("d_lse") is not None}
+            observation.refuse_unsupported(state, self.backend, OPERATION_OF[method], uses, spec)
         if state is not None:
             state.calls += 1
         fn = getattr(self.backend, method)
@@ -143,6 +151,11 @@ class Cell(NamedTuple):
                 assert on == self.device, f"result computed on {on!r}, not on {self.device!r}"
         got = {k: None if x is None else self.backend.to_numpy(x) for k, x in parts.items()}
         return Result(got.pop("output"), got.pop("weights"), **got)
+
+
+#: the operation ("sdpa", "mha") whose sub-case rules a call of a backend method follows
+OPERATION_OF = {"scaled_dot_product_attention": "sdpa", "attention_vjp": "sdpa",
+                "multi_head_attention": "mha", "mha_vjp": "mha"}
 
 
 def of_item(item) -> Cell | None:
@@ -175,14 +188,13 @@ def run(impl: Cell, op: str, case: Case, **overrides) -> Result:
         observation.note(state, op, case.spec)
     kw = {**impl.call_kwargs(case), **{k: impl.arr(v) if isinstance(v, np.ndarray) else v
                                        for k, v in overrides.items() if k != "params"}}
-    observation.refuse_unsupported(state, impl.backend, op, kw, case.spec)
     if op == "sdpa":
         out = impl.call("scaled_dot_product_attention", impl.arr(case.q), impl.arr(case.k),
-                        impl.arr(case.v), **kw)
+                        impl.arr(case.v), spec=case.spec, **kw)
     elif op == "mha":
         params = impl.params(overrides.get("params", case.params))
         out = impl.call("multi_head_attention", *impl.mha_inputs(case), params,
-                        num_heads=case.spec.heads, **kw)
+                        num_heads=case.spec.heads, spec=case.spec, **kw)
     else:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if isinstance(out, AttentionOutputs):

@@ -76,6 +76,6 @@ def test_repeated_gradients_of_multi_head_attention_are_identical(impl, spec):
 
     def once() -> dict[str, np.ndarray]:
         grads = impl.call("mha_vjp", *impl.mha_inputs(case), impl.params(case.params), cotangent,
-                          num_heads=s.heads, **impl.masks(case))
+                          num_heads=s.heads, spec=s, **impl.masks(case))
         return {n: impl.backend.to_numpy(g) for n, g in grads.items()}
     _expect_identical(impl, "mha_vjp", [once() for _ in range(REPEATS)])

@@ -32,7 +32,7 @@ def cotangent(case) -> np.ndarray:
 def backend_grads(cell, case, cot) -> dict[str, np.ndarray]:
     """Run the backend's mha_vjp on ``case``; self-attention passes one array three times."""
     grads = cell.call("mha_vjp", *cell.mha_inputs(case), cell.params(case.params), cell.arr(cot),
-                      num_heads=case.spec.heads, **cell.masks(case))
+                      num_heads=case.spec.heads, spec=case.spec, **cell.masks(case))
     return {n: cell.backend.to_numpy(g) for n, g in grads.items()}
 
 

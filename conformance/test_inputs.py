@@ -102,7 +102,7 @@ def test_attention_leaves_its_inputs_unchanged(cell, spec):
     inputs = Inputs(cell, q=case.q, k=case.k, v=case.v, mask=case.mask, bias=case.bias,
                     legacy_mask=case.legacy_mask, key_padding_mask=case.key_padding_mask)
     cell.call("scaled_dot_product_attention", inputs["q"], inputs["k"], inputs["v"],
-              **_masks(inputs, case))
+              spec=case.spec, **_masks(inputs, case))
     inputs.expect_unchanged("scaled_dot_product_attention")
 
 
@@ -115,7 +115,7 @@ def test_multi_head_attention_leaves_its_inputs_unchanged(cell, spec):
     harness.note("mha", case.spec)
     inputs = _mha_inputs(cell, case)
     cell.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
-              inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
+              inputs.params(), num_heads=spec.heads, spec=case.spec, **_masks(inputs, case))
     inputs.expect_unchanged("multi_head_attention")
 
 
@@ -129,7 +129,7 @@ def test_self_attention_leaves_its_one_input_unchanged(cell, spec):
     inputs = _mha_inputs(cell, case, one_array=True)
     assert inputs["query"] is inputs["key"] is inputs["value"]
     cell.call("multi_head_attention", inputs["query"], inputs["key"], inputs["value"],
-              inputs.params(), num_heads=spec.heads, **_masks(inputs, case))
+              inputs.params(), num_heads=spec.heads, spec=case.spec, **_masks(inputs, case))
     inputs.expect_unchanged("multi_head_attention (self-attention)")
 
 
@@ -145,7 +145,7 @@ def test_the_gradient_leaves_its_inputs_and_cotangent_unchanged(cell, spec):
     cotangent = np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
     inputs = _mha_inputs(cell, case, one_array=s.self_attention, cotangent=cotangent)
     cell.call("mha_vjp", inputs["query"], inputs["key"], inputs["value"], inputs.params(),
-              inputs["cotangent"], num_heads=s.heads, **_masks(inputs, case))
+              inputs["cotangent"], num_heads=s.heads, spec=s, **_masks(inputs, case))
     inputs.expect_unchanged("mha_vjp")
 
 
@@ -174,5 +174,6 @@ def test_the_attention_gradient_leaves_its_inputs_and_cotangents_unchanged(impl,
     if "bias_grad" in claims and case.bias is not None:
         extra["bias_grad"] = True
     impl.call("attention_vjp", inputs["q"], inputs["k"], inputs["v"], inputs["d_output"],
-              d_lse=inputs["d_lse"], **{n: inputs[n] for n in arrays}, **flags, **extra)
+              d_lse=inputs["d_lse"], spec=case.spec, **{n: inputs[n] for n in arrays}, **flags,
+              **extra)
     inputs.expect_unchanged("attention_vjp")

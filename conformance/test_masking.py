@@ -88,14 +88,17 @@ def test_legacy_offset_is_exactly_minus_1e9(cell, op):
     k = np.array([1.5e9, 0.0]).reshape(1, 1, 2, 1)
     v = np.array([1.0, 2.0]).reshape(1, 1, 2, 1)
     legacy = np.array([[1.0, 0.0]])
+    sizes = CaseSpec(batch=1, heads=1, len_q=1, len_k=2, d_k=1, d_v=1, d_model=1, k_dim=1, v_dim=1,
+                     d_out=1, legacy_shape=legacy.shape)
     if op == "sdpa":
         got = cell.call("scaled_dot_product_attention", cell.arr(one), cell.arr(k), cell.arr(v),
-                        legacy_mask=cell.arr(legacy))
+                        spec=sizes, legacy_mask=cell.arr(legacy))
     else:
         eye = cell.arr(np.ones((1, 1)))
         params = MHAParams(eye, eye, eye, eye, None, None, None, None)
         got = cell.call("multi_head_attention", cell.arr(one[0]), cell.arr(k[0]),
-                        cell.arr(v[0]), params, num_heads=1, legacy_mask=cell.arr(legacy))
+                        cell.arr(v[0]), params, num_heads=1, spec=sizes,
+                        legacy_mask=cell.arr(legacy))
     out = cell.backend.to_numpy(got[0]).ravel()
     assert abs(out[0] - 1.0) <= 1e-6, (
         f"[MASK-3] {cell.id} {op}: output {out[0]!r}, the source form gives 1.0 (the blocked key "

@@ -102,3 +102,28 @@ def test_the_backward_pass_follows_the_same_shape_rule(cache_results):
                 for v in vs}
     assert any(v.startswith("sub-case kv_cache with d_v != d_k") for v in left_out), left_out
     assert {r["outcome"] for r in unstated} == {"fail"}
+
+
+@pytest.fixture(scope="module")
+def direct_results(tmp_path_factory) -> list[dict]:
+    return run_suite(tmp_path_factory.mktemp("direct"),
+                     ["sub_case_backends:SQUARE_ONLY", "sub_case_backends:SQUARE_ONLY_UNSTATED"],
+                     "-k", "test_inputs or test_legacy_offset_is_exactly_minus_1e9 and sdpa",
+                     "--mhaspec-partial")
+
+
+def test_direct_calls_follow_the_rules_as_drawn_cases_do(direct_results):
+    """INPUT-1's calls of the operations and their gradients, and MASK-3's hand-built case (L_q
+    = 1, L_k = 2), go through the same sub-case judgement as every other call: stated, the calls
+    with L_q != L_k are not implemented and the rest pass; unstated, they fail."""
+    def of(name, clause):
+        return [r for r in direct_results if r["backend"] == name and clause in r["clauses"]]
+    stated = of("square-only", "INPUT-1")  # mha_vjp's test: not implemented (no "grad" claimed)
+    assert {r["outcome"] for r in stated} == {"pass", "not-implemented"}, [
+        (r["test"], r["outcome"]) for r in stated]
+    left_out = {v for r in stated for vs in r.get("conditions_not_implemented", {}).values()
+                for v in vs}
+    assert any(v.startswith("sub-case sdpa with L_q != L_k") for v in left_out), left_out
+    assert {r["outcome"] for r in of("square-only", "MASK-3")} == {"not-implemented"}
+    assert "fail" in {r["outcome"] for r in of("square-only-unstated", "INPUT-1")}
+    assert {r["outcome"] for r in of("square-only-unstated", "MASK-3")} == {"fail"}
