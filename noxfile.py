@@ -129,12 +129,14 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def paddle(session: nox.Session) -> None:
-    """PaddlePaddle's adapters (``paddle-sdpa``, ``paddle-mha``): tests/test_paddle_adapter.py in
-    an environment with Paddle and without TensorFlow (importing paddle 3.3.1 after tensorflow
-    crashes the process, so in the tests session these tests skip), one process: the suite on
-    both adapters and their broken twins, and each declaration reproduced with Paddle alone."""
+    """PaddlePaddle's adapters (``paddle-sdpa``, ``paddle-mha``) in an environment with Paddle
+    and without TensorFlow (importing paddle 3.3.1 after tensorflow crashes the process, so in the
+    tests session these tests skip), one process: tests/test_paddle_adapter.py (the suite on both
+    adapters and their broken twins, each declaration reproduced with Paddle alone) and the
+    adapters' cases of tests/test_native_adapters.py (every masking argument, partial biases)."""
     install(session, "paddle")
-    session.run("pytest", "-p", "no:xdist", "tests/test_paddle_adapter.py", *session.posargs)
+    session.run("pytest", "-p", "no:xdist", "tests/test_paddle_adapter.py",
+                "tests/test_native_adapters.py", "-k", "paddle", *session.posargs)
 
 
 #: Where ``nox -s conformance`` keeps its results and the conformance matrix rendered from them.

@@ -183,14 +183,14 @@ class PaddleMHA(PaddleArrays):
 
     def module(self, p: MHAParams, num_heads: int, dtype):
         """A ``paddle.nn.MultiHeadAttention`` in ``dtype`` (eval, dropout 0, weights returned)
-        holding the spec's parameters (PARAM-1, PARAM-2); widths other than d_model are not
-        expressible (it claims no "cross")."""
+        holding the spec's parameters (PARAM-1, PARAM-2: with any bias, every layer has one, the
+        absent ones 0); widths other than d_model are not expressible (it claims no "cross")."""
         d_model, hd_k = p.w_q.shape
         hd_v, d_out = p.w_o.shape
         if hd_k != d_model or hd_v != d_model or d_out != d_model:
             self.unsupported(f"h*d_k = {hd_k}, h*d_v = {hd_v}, d_out = {d_out} with d_model = "
                              f"{d_model}: every projection width must equal embed_dim = d_model")
-        biased = p.b_q is not None
+        biased = any(b is not None for b in (p.b_q, p.b_k, p.b_v, p.b_o))  # absent ones are 0
         module = paddle.nn.MultiHeadAttention(
             d_model, num_heads, dropout=0.0, kdim=p.w_k.shape[0], vdim=p.w_v.shape[0],
             need_weights=True, bias_attr=None if biased else False)
@@ -201,7 +201,8 @@ class PaddleMHA(PaddleArrays):
             linear = getattr(module, layer)
             linear.weight.set_value(self.as_native(np.asarray(weight, dtype=dtype)))
             if biased:
-                linear.bias.set_value(self.as_native(np.asarray(bias, dtype=dtype)))
+                linear.bias.set_value(self.as_native(
+                    np.zeros(weight.shape[1], dtype) if bias is None else np.asarray(bias, dtype)))
         return module
 
 
