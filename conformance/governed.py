@@ -11,6 +11,10 @@ clause and never surfaces as a failure of another one.
 * :data:`EMPTY_ROWS` (MASK-9): rows without an allowed key cannot be taken out of a case (a mask,
   a window, segments or lengths can empty them), so the checks of other clauses leave those rows
   unjudged (``harness.rows_left_to_mask9``).
+* :data:`EMPTY_ROW_GRADIENTS` (GRAD-7): the gradients such a row reaches, its own row of dq and
+  the dk and dv of the keys its batch item and key/value head share with it, which the checks
+  of the other gradient clauses leave unjudged (``vjp.gradients_left_to_grad7``): a backward
+  pass that puts NaN there (the backward of a NaN row) is GRAD-7's deviation.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ from typing import Iterable
 
 #: the rows of a case without an allowed key (all-zero oracle weights)
 EMPTY_ROWS = "empty rows"
+#: the gradients those rows reach: their dq rows, and dk and dv of their batch item and key/value
+#: head
+EMPTY_ROW_GRADIENTS = "empty rows' gradients"
+#: what a case keeps whatever is declared (its rows cannot be taken out of it)
+UNWITHHELD = (EMPTY_ROWS, EMPTY_ROW_GRADIENTS)
 
 #: clause -> the capability (or :data:`EMPTY_ROWS`) it alone judges where a cell deviates from it
 GOVERNS: dict[str, str] = {
@@ -26,6 +35,7 @@ GOVERNS: dict[str, str] = {
     "MASK-2": "bias",
     "MASK-3": "legacy_mask",
     "MASK-9": EMPTY_ROWS,
+    "GRAD-7": EMPTY_ROW_GRADIENTS,
     "GQA-1": "gqa",
     "SOFTCAP-1": "softcap",
     "WIN-1": "window",
@@ -47,10 +57,12 @@ def withheld(declared: Iterable[str], running: Iterable[str],
     running = set(running)
     kept = {GOVERNS[c] for c in running if c in GOVERNS} | set(required)
     return frozenset(GOVERNS[c] for c in declared
-                     if c in GOVERNS and c not in running and GOVERNS[c] != EMPTY_ROWS) - kept
+                     if c in GOVERNS and c not in running and GOVERNS[c] not in UNWITHHELD) - kept
 
 
-def leaves_empty_rows(declared: Iterable[str], running: Iterable[str]) -> bool:
+def leaves_empty_rows(declared: Iterable[str], running: Iterable[str],
+                      governed: str = EMPTY_ROWS) -> bool:
     """Whether the checks of a test naming the ``running`` clauses leave rows without an allowed
-    key unjudged: a declared clause it does not name governs them."""
-    return any(GOVERNS.get(c) == EMPTY_ROWS and c not in set(running) for c in declared)
+    key (``governed``: :data:`EMPTY_ROWS`, or :data:`EMPTY_ROW_GRADIENTS` for the gradients they
+    reach) unjudged: a declared clause it does not name governs them."""
+    return any(GOVERNS.get(c) == governed and c not in set(running) for c in declared)

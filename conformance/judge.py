@@ -255,17 +255,18 @@ def judge_parts(parts, *, dtype: str, clause: str, sum_length: int = 0,
     return checks
 
 
-def rows_left_to_mask9(impl: Cell, op: str, expected: Result,
-                       clause: str | None = None) -> np.ndarray | None:
+def rows_left_to_mask9(impl: Cell, op: str, expected: Result, clause: str | None = None,
+                       subject: str = governed.EMPTY_ROWS) -> np.ndarray | None:
     """The oracle's fully masked rows (no allowed key: all-zero weights, MASK-9) as a boolean
     ``(B, h, L_q)``, when the cell declares a deviation for ``op`` of a clause governing them
-    (:mod:`.governed`) that the check of ``clause`` (default: the running test's clauses) is not;
-    else None. Such a backend's behaviour on those rows is MASK-9's verdict (its own test reports
-    the deviation), so the other clauses -- a window, segments or lengths can leave a row empty
-    -- judge the other rows only."""
+    (:mod:`.governed`; ``subject``: the rows, or with :data:`.governed.EMPTY_ROW_GRADIENTS` the
+    gradients they reach, GRAD-7) that the check of ``clause`` (default: the running test's
+    clauses) is not; else None. Such a backend's behaviour on those rows is MASK-9's verdict (its
+    own test reports the deviation), so the other clauses -- a window, segments or lengths can
+    leave a row empty -- judge the other rows only."""
     deviations = op_deviations(cell_deviations(impl.backend, impl.device, impl.dtype), op)
     judging = running_clauses() if clause is None else {clause}
-    if not governed.leaves_empty_rows(deviations, judging) or expected.weights is None:
+    if not governed.leaves_empty_rows(deviations, judging, subject) or expected.weights is None:
         return None
     empty = ~np.any(expected.weights != 0, axis=-1)
     return empty if empty.any() else None

@@ -20,7 +20,7 @@ import numpy as np
 
 from mhaspec.spec import oracle, oracle_vjp
 
-from . import harness, tolerance
+from . import governed, harness, tolerance
 from .expect import save_failure
 
 #: oracle_vjp.AttentionVJP field -> the key of a backend's result
@@ -51,6 +51,31 @@ def rows_left_to_mask9(impl, problem: oracle.AttentionProblem) -> np.ndarray | N
     contribution; a NaN there still reaches every gradient through the shared keys."""
     return harness.rows_left_to_mask9(impl, "sdpa",
                                       harness.Result(None, problem.allowed.astype(float)))
+
+
+def gradients_left_to_grad7(impl, problem: oracle.AttentionProblem) -> dict[str, np.ndarray]:
+    """Where the gradients of the case's rows without an allowed key reach, when the cell declares
+    GRAD-7 (:data:`.governed.EMPTY_ROW_GRADIENTS`) and the running test does not judge it: gradient
+    name -> a boolean mask broadcasting to it, their rows of dq (B, h, L_q, 1) and the dk, dv and
+    past cache gradients of their batch item and key/value head (B, g, 1, 1). A backward pass
+    that puts NaN there is GRAD-7's deviation, not every gradient clause's. {} otherwise."""
+    empty = harness.rows_left_to_mask9(impl, "sdpa",
+                                       harness.Result(None, problem.allowed.astype(float)),
+                                       subject=governed.EMPTY_ROW_GRADIENTS)
+    if empty is None:
+        return {}
+    b, h, _ = empty.shape
+    shared = empty.any(axis=2).reshape(b, problem.k.shape[1], -1).any(axis=2)[:, :, None, None]
+    return {"q": empty[..., None], "k": shared, "v": shared, "past_key": shared,
+            "past_value": shared}
+
+
+def unjudged_by_grad7(impl, problem: oracle.AttentionProblem, *grads: Mapping) -> list[dict]:
+    """Each of ``grads`` (name -> gradient: the backend's, the oracle's, ...) with the entries
+    :func:`gradients_left_to_grad7` gives set to 0, so that a comparison leaves them out."""
+    spared = gradients_left_to_grad7(impl, problem)
+    return [{n: np.where(spared[n], 0.0, g) if n in spared else g for n, g in part.items()}
+            for part in grads]
 
 
 def sinks_of(case, scale: float) -> np.ndarray:
@@ -141,7 +166,8 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
                      sinks=None) -> dict[str, np.ndarray]:
     """Run ``attention_vjp`` on ``case`` and judge every gradient against the oracle (GRAD-1's
     rule, with GRAD-5's path through a soft-cap's derivative), the rows :func:`rows_left_to_mask9`
-    gives without a cotangent; returns the backend's gradients."""
+    gives without a cotangent and the entries :func:`gradients_left_to_grad7` gives unjudged;
+    returns the backend's gradients."""
     __tracebackhide__ = True  # a failure's traceback starts at the check
     problem = oracle.attention_problem(case.q, case.k, case.v, **kwargs_of(case))
     opts = dict(d_lse=d_lse, bias_grad=bias_grad, sinks=sinks,
@@ -150,7 +176,7 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     want, naive, scale = references(impl, case, problem, **opts)
     replayed = replay_overrides(d_lse, bias_grad, sinks)
     try:
-        judge_gradients(impl, clause, got, want, naive, scale,
+        judge_gradients(impl, clause, *unjudged_by_grad7(impl, problem, got, want, naive), scale,
                         harness.reproducer(impl, "attention_vjp", case.spec, replayed))
     except AssertionError as exc:  # the failing case saved for ``mhaspec replay`` (a run's failures)
         raise AssertionError(f"{exc}{save_failure(impl, case, 'attention_vjp', clause, replayed)}"
@@ -197,10 +223,12 @@ def expect_d_lse_honoured_or_refused(impl, case) -> str:
             return "refused"
     want, naive, scale = references(impl, case, problem, d_lse=True, left_out=left_out)
     reproduce = harness.reproducer(impl, "sdpa", case.spec)
+    got, want, naive = unjudged_by_grad7(impl, problem, got, want, naive)
     try:
         judge_gradients(impl, "GRAD-11", got, want, naive, scale, reproduce)
     except AssertionError as wrong:
-        without = oracle_grads(case, "float64", left_out=left_out)
+        (without,) = unjudged_by_grad7(impl, problem, oracle_grads(case, "float64",
+                                                                   left_out=left_out))
         dropped = all(tolerance.judge(got[n], without[n], naive[n], dtype=impl.dtype,
                                       scale=scale).ok for n in without)
         if dropped:

@@ -27,6 +27,14 @@ ALIBI_SIGN_FLIPPED_DECLARED = _declaring(
 LSE_COTANGENT_REFUSED_DECLARED = _declaring(
     broken.LseCotangentRefused("declared-dlse-refused"), ("GRAD-8",),
     "a non-zero d_lse raises NotImplementedError (GRAD-11's refusal)")
+#: GRAD-7 governs the gradients a row with no allowed key reaches: its NaN dq row, and the NaN dk
+#: and dv of its batch item and key/value head, are judged by GRAD-7 alone, not by every gradient
+#: clause whose case empties a row
+EMPTY_ROWS_NAN_BACKWARD_DECLARED = _declaring(
+    broken.EmptyRowsNanInTheBackward("declared-empty-rows-nan-backward"), ("GRAD-7",),
+    "a query row with no allowed key gets NaN in dq, and dk and dv of its batch item and head are "
+    "NaN (the backward of a softmax over a row of -inf)")
 #: backend name -> the clauses it declares
 DECLARED = {"declared-window-off-by-one": {"WIN-1", "SEG-3"}, "declared-alibi-sign": {"ALIBI-1", "ALIBI-2"},
-            "declared-dlse-refused": {"GRAD-8"}}
+            "declared-dlse-refused": {"GRAD-8"},
+            "declared-empty-rows-nan-backward": {"GRAD-7"}}

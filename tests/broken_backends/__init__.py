@@ -42,7 +42,7 @@ from .inputs import (
 from .backward import (
     GroupGradientFirstHeadOnly, SoftcapDerivativeDropped, WindowWiderInTheBackward,
     GradientIntoPaddedKeys, DeltaInHalfPrecision, LseCotangentIgnored, LseCotangentRefused,
-    SinkAddedToEveryLogit, SinkLeftOutOfTheLse,
+    SinkAddedToEveryLogit, SinkLeftOutOfTheLse, EmptyRowsNanInTheBackward,
 )
 from .serving import (
     MergeNanForEmptyStates, MergeBase2AsNatural, MergeSinkInEveryState, PageIndexOffByOne,

@@ -98,6 +98,22 @@ class DeltaInHalfPrecision(_BrokenBackward):
         return _grads_from_dx(right, d_x, p)
 
 
+class EmptyRowsNanInTheBackward(_BrokenBackward):
+    """The backward of a query row with no allowed key is NaN (the backward of a softmax over a
+    row of -inf, as PaddlePaddle's and MLX's ops give): that row of dq, and dk and dv of every key
+    of its batch item and key/value head. The forward pass is right (zeros)."""
+
+    def _vjp(self, q, k, v, d_output, **kwargs):
+        res = super()._vjp(q, k, v, d_output, **kwargs)
+        p = oracle.attention_problem(q, k, v, **{n: x for n, x in kwargs.items()
+                                                 if n not in ("d_lse", "sinks", "bias_grad")})
+        empty = ~p.allowed.any(axis=-1)  # (B, h, L_q)
+        b, h, _ = empty.shape
+        shared = empty.any(axis=2).reshape(b, p.k.shape[1], -1).any(axis=2)[:, :, None, None]
+        return res._replace(dq=np.where(empty[..., None], np.nan, res.dq),
+                            dk=np.where(shared, np.nan, res.dk), dv=np.where(shared, np.nan, res.dv))
+
+
 class LseCotangentIgnored(_BrokenBackward):
     """d_lse is accepted and ignored."""
 
