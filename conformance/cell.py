@@ -65,13 +65,13 @@ class Cell(NamedTuple):
     def case(self, spec: CaseSpec, op: str = "mha") -> Case:
         """The arrays of ``spec`` for ``op``, fitted to what this backend claims and to this dtype,
         without the features whose clause the cell declares a deviation of, in the cases of the
-        other clauses (:mod:`.governed`: e.g. no soft-cap where SOFTCAP-1 is declared; its own
-        test reports the deviation, as emptied rows are MASK-9's,
+        other clauses (:mod:`.governed`: e.g. no soft-cap where SOFTCAP-1 is declared, no projection
+        biases where PARAM-1 is; its own test reports the deviation, as emptied rows are MASK-9's,
         :func:`.judge.rows_left_to_mask9`)."""
         declared = op_deviations(cell_deviations(self.backend, self.device, self.dtype), op)
-        claims = op_capabilities(self.backend, op) - governed.withheld(
-            declared, running_clauses(), running_requirements())
-        return build_case(fit(spec, claims, self.dtype, op))
+        withheld = governed.withheld(declared, running_clauses(), running_requirements())
+        claims = op_capabilities(self.backend, op) - withheld
+        return build_case(governed.without(fit(spec, claims, self.dtype, op), withheld))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean, integers -- segment ids and

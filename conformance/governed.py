@@ -8,6 +8,9 @@ clause and never surfaces as a failure of another one.
   capability (``harness.fit`` drops the feature; the conditions record what ran). A test that
   requires the capability (its ``requires`` markers: e.g. SEG-4 requires "segments") is about
   the feature and keeps it: the cell declares that clause too if its behaviour differs there.
+* :data:`PROJECTION_BIASES` (PARAM-1): the biases of the four projections; in a cell that
+  declares a deviation of PARAM-1, the cases of the other clauses' tests are built without them
+  (:func:`without`), as a capability's feature is.
 * :data:`EMPTY_ROWS` (MASK-9): rows without an allowed key cannot be taken out of a case (a mask,
   a window, segments or lengths can empty them), so the checks of other clauses leave those rows
   unjudged (``harness.rows_left_to_mask9``).
@@ -26,12 +29,15 @@ EMPTY_ROWS = "empty rows"
 #: the gradients those rows reach: their dq rows, and dk and dv of their batch item and key/value
 #: head
 EMPTY_ROW_GRADIENTS = "empty rows' gradients"
+#: the projections' biases b_q, b_k, b_v, b_o (a case's ``use_bias``)
+PROJECTION_BIASES = "projection biases"
 #: what a case keeps whatever is declared (its rows cannot be taken out of it)
 UNWITHHELD = (EMPTY_ROWS, EMPTY_ROW_GRADIENTS)
 
 #: clause -> the capability (or :data:`EMPTY_ROWS`) it alone judges where a cell deviates from it
 GOVERNS: dict[str, str] = {
     "SDPA-2": "scale",
+    "PARAM-1": PROJECTION_BIASES,
     "MASK-2": "bias",
     "MASK-3": "legacy_mask",
     "MASK-9": EMPTY_ROWS,
@@ -58,6 +64,13 @@ def withheld(declared: Iterable[str], running: Iterable[str],
     kept = {GOVERNS[c] for c in running if c in GOVERNS} | set(required)
     return frozenset(GOVERNS[c] for c in declared
                      if c in GOVERNS and c not in running and GOVERNS[c] not in UNWITHHELD) - kept
+
+
+def without(spec, withheld: Iterable[str]):
+    """``spec`` (a :class:`~.strategies.CaseSpec`) without what ``withheld`` names that is no
+    capability of a call (:data:`PROJECTION_BIASES`); the capabilities' features are dropped by
+    fitting the case to the claims less ``withheld`` (``harness.fit``)."""
+    return spec._replace(use_bias=False) if PROJECTION_BIASES in withheld else spec
 
 
 def leaves_empty_rows(declared: Iterable[str], running: Iterable[str],

@@ -177,7 +177,7 @@ def test_a_failing_backend_gets_a_failing_certificate_and_replayable_cases(work)
 def test_certify_keeps_a_replayable_sample_of_the_passing_cases(work, certified):
     """One case per passing test, in <output-dir>/NAME-passes (the certificate records that folder
     without a machine's path): a second party replays them and sees the passes, and a wrong backend
-    fails on them; an earlier run's sample is replaced, never mixed in."""
+    fails on them; an earlier run's sample (and its saved failures) is replaced, never mixed in."""
     cert = json.loads(certified.read_text("utf-8"))
     passes = sorted((work / "certs" / "minimal-numpy-passes").glob("*.npz"))
     passed = sum(c["runs"] for c in cert["clauses"] if c["verdict"] == "pass")
@@ -189,14 +189,17 @@ def test_certify_keeps_a_replayable_sample_of_the_passing_cases(work, certified)
     assert again.returncode == 0 and "conforms" in again.stdout, again.stdout + again.stderr
     wrong = mhaspec(work, "replay", str(sample), "--backend", "wrong_scale:BACKEND")
     assert wrong.returncode == 1 and "DOES NOT CONFORM" in wrong.stdout, wrong.stdout
-    stray = work / "failing" / "wrong-scale-passes" / "from_an_earlier_run.npz"
-    stray.parent.mkdir(exist_ok=True)
-    stray.write_bytes(sample.read_bytes())
+    strays = [work / "failing" / f"wrong-scale-{kind}" / "from_an_earlier_run.npz"
+              for kind in ("passes", "failures")]
+    for stray in strays:
+        stray.parent.mkdir(exist_ok=True)
+        stray.write_bytes(sample.read_bytes())
     rerun = mhaspec(work, "certify", "wrong_scale:BACKEND", "--profile", "ci", "--output-dir",
                     "failing", "--", "--mhaspec-dtypes", "float64", "-k", "test_sdpa")
     assert rerun.returncode == 1, rerun.stdout[-3000:] + rerun.stderr[-2000:]
-    kept = {p.name for p in stray.parent.glob("*.npz")}
-    assert kept and stray.name not in kept  # the passing tests of this run (SDPA-3, ...) only
+    for stray in strays:  # this run's passing tests (SDPA-3, ...) and failing ones only
+        kept = {p.name for p in stray.parent.glob("*.npz")}
+        assert kept and stray.name not in kept, (stray.parent.name, kept)
 
 
 def test_certify_an_unknown_backend_is_a_usage_error(work):

@@ -8,6 +8,7 @@ import pytest
 
 import declared_backends
 from mhaspec.conformance import governed
+from mhaspec.conformance.strategies import CaseSpec
 from suite_runner import run_suite
 
 
@@ -20,6 +21,11 @@ def test_a_declared_clause_withholds_its_feature_from_the_other_clauses():
     assert governed.leaves_empty_rows({"MASK-9"}, {"GQA-1"})
     assert not governed.leaves_empty_rows({"MASK-9"}, {"MASK-9"})
     assert governed.withheld({"GRAD-7"}, {"GRAD-3"}) == frozenset()  # rows cannot be taken out
+    # PARAM-1 governs the projections' biases: the other clauses' cases are built without them
+    assert governed.withheld({"PARAM-1"}, {"MHA-2"}) == {governed.PROJECTION_BIASES}
+    assert governed.withheld({"PARAM-1"}, {"PARAM-1"}) == frozenset()
+    assert governed.without(CaseSpec(use_bias=True), {governed.PROJECTION_BIASES}).use_bias is False
+    assert governed.without(CaseSpec(use_bias=True), {"softcap"}).use_bias is True
     assert governed.leaves_empty_rows({"GRAD-7"}, {"GRAD-3"}, governed.EMPTY_ROW_GRADIENTS)
     assert not governed.leaves_empty_rows({"GRAD-7"}, {"GRAD-3"})  # the forward rows stay judged
     assert not governed.leaves_empty_rows({"GRAD-7"}, {"GRAD-7"}, governed.EMPTY_ROW_GRADIENTS)

@@ -290,8 +290,9 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     if fixed is None and seed is None:
         seed = random.SystemRandom().randrange(2**32)
     spec = load_spec()
-    for old in sorted(paths["passes"].glob("*.npz")):  # an earlier run's sample is not this one's
-        old.unlink()
+    for folder in ("failures", "passes"):  # an earlier run's cases are not this one's
+        for old in sorted(paths[folder].glob("*.npz")):
+            old.unlink()
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
                              passes=paths["passes"], call_timeout=call_timeout,
                              extra=[*NO_WORKERS, *pytest_args])
