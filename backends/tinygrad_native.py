@@ -73,9 +73,6 @@ class TinygradSDPA(ForeignAdapter):
         "GRAD-7": "a query whose every key is blocked gets NaN in dq, and the dk and dv of every "
                   "key of its batch item and head are NaN, with a zero cotangent on the row too "
                   "(the backward of MASK-9's NaN row), not 0",
-        "GRAD-10": "float16 and bfloat16 gradients of the cases with fully masked rows: GRAD-7's "
-                   "NaN (that row's dq, every key's dk and dv); with blocked entries passed "
-                   "finite instead the same cases pass (measured on tinygrad 0.14.0)",
         "NUM-6": "with one key a NaN or inf logit gives a finite output: the softmax over an axis "
                  "of one element is folded to 1 (x - max(x) simplified to 0), not NaN",
     }
