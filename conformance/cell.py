@@ -69,9 +69,8 @@ class Cell(NamedTuple):
         biases where PARAM-1 is; its own test reports the deviation, as emptied rows are MASK-9's,
         :func:`.judge.rows_left_to_mask9`)."""
         declared = op_deviations(cell_deviations(self.backend, self.device, self.dtype), op)
-        withheld = governed.withheld(declared, running_clauses(), running_requirements())
-        claims = op_capabilities(self.backend, op) - withheld
-        return build_case(governed.without(fit(spec, claims, self.dtype, op), withheld))
+        spec, held = governed.withhold(spec, declared, running_clauses(), running_requirements())
+        return build_case(fit(spec, op_capabilities(self.backend, op) - held, self.dtype, op))
 
     def arr(self, x, dtype: str | None = None):
         """NumPy -> backend array in this dtype (booleans stay boolean, integers -- segment ids and

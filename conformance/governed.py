@@ -10,7 +10,7 @@ clause and never surfaces as a failure of another one.
   the feature and keeps it: the cell declares that clause too if its behaviour differs there.
 * :data:`PROJECTION_BIASES` (PARAM-1): the biases of the four projections; in a cell that
   declares a deviation of PARAM-1, the cases of the other clauses' tests are built without them
-  (:func:`without`), as a capability's feature is.
+  (:func:`withhold`), as a capability's feature is.
 * :data:`EMPTY_ROWS` (MASK-9): rows without an allowed key cannot be taken out of a case (a mask,
   a window, segments or lengths can empty them), so the checks of other clauses leave those rows
   unjudged (``harness.rows_left_to_mask9``).
@@ -66,11 +66,15 @@ def withheld(declared: Iterable[str], running: Iterable[str],
                      if c in GOVERNS and c not in running and GOVERNS[c] not in UNWITHHELD) - kept
 
 
-def without(spec, withheld: Iterable[str]):
-    """``spec`` (a :class:`~.strategies.CaseSpec`) without what ``withheld`` names that is no
-    capability of a call (:data:`PROJECTION_BIASES`); the capabilities' features are dropped by
-    fitting the case to the claims less ``withheld`` (``harness.fit``)."""
-    return spec._replace(use_bias=False) if PROJECTION_BIASES in withheld else spec
+def withhold(spec, declared: Iterable[str], running: Iterable[str],
+             required: Iterable[str] = ()):
+    """For a case ``spec`` (a :class:`~.strategies.CaseSpec`) of a test naming the ``running``
+    clauses and requiring ``required``, in a cell declaring the ``declared`` clauses: ``(spec
+    without what is withheld that is no capability of a call (:data:`PROJECTION_BIASES`), the
+    withheld capabilities)`` (:func:`withheld`); the capabilities' features are dropped by fitting
+    the case to the claims less those (``harness.fit``)."""
+    held = withheld(declared, running, required)
+    return (spec._replace(use_bias=False) if PROJECTION_BIASES in held else spec), held
 
 
 def leaves_empty_rows(declared: Iterable[str], running: Iterable[str],

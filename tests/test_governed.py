@@ -24,8 +24,10 @@ def test_a_declared_clause_withholds_its_feature_from_the_other_clauses():
     # PARAM-1 governs the projections' biases: the other clauses' cases are built without them
     assert governed.withheld({"PARAM-1"}, {"MHA-2"}) == {governed.PROJECTION_BIASES}
     assert governed.withheld({"PARAM-1"}, {"PARAM-1"}) == frozenset()
-    assert governed.without(CaseSpec(use_bias=True), {governed.PROJECTION_BIASES}).use_bias is False
-    assert governed.without(CaseSpec(use_bias=True), {"softcap"}).use_bias is True
+    spec, held = governed.withhold(CaseSpec(use_bias=True), {"PARAM-1"}, {"MHA-2"})
+    assert spec.use_bias is False and held == {governed.PROJECTION_BIASES}
+    spec, held = governed.withhold(CaseSpec(use_bias=True), {"SOFTCAP-1"}, {"MHA-2"})
+    assert spec.use_bias is True and held == {"softcap"}
     assert governed.leaves_empty_rows({"GRAD-7"}, {"GRAD-3"}, governed.EMPTY_ROW_GRADIENTS)
     assert not governed.leaves_empty_rows({"GRAD-7"}, {"GRAD-3"})  # the forward rows stay judged
     assert not governed.leaves_empty_rows({"GRAD-7"}, {"GRAD-7"}, governed.EMPTY_ROW_GRADIENTS)
