@@ -108,18 +108,19 @@ class ForeignAdapter(NumpyAdapter):
         included), the one way the base hands an array to the library."""
         return self.to_native(np.ascontiguousarray(x))
 
-    def one_mask(self, q: np.ndarray, m: MaskArgs, len_k: int):
-        """The call's folded masking arguments ``m`` (for q (B, h, L_q, d_k) and L_k keys) as the
-        op's one ``mask`` (a library array), or None: boolean where nothing is added, else
-        additive with :meth:`blocked_fill` where blocked (the base carries no ALiBi, so ``m`` has
-        none)."""
-        allowed = mask_helpers.allowed_mask(q.shape[2], len_k, like=q, mask=m.mask,
+    def one_mask(self, like: np.ndarray, m: MaskArgs, len_q: int, len_k: int):
+        """The call's folded masking arguments ``m`` (for L_q queries and L_k keys, in ``like``'s
+        dtype: q of an SDPA call, the query of a module's) as the op's one ``mask`` (a library
+        array, rank 4, broadcastable to (B, h, L_q, L_k)), or None: boolean where nothing is
+        added, else additive with :meth:`blocked_fill` where blocked (the base carries no ALiBi,
+        so ``m`` has none)."""
+        allowed = mask_helpers.allowed_mask(len_q, len_k, like=like, mask=m.mask,
                                             key_padding_mask=m.key_padding_mask, causal=m.causal)
-        additive = mask_helpers.additive_mask(like=q, bias=m.bias, legacy_mask=m.legacy_mask)
+        additive = mask_helpers.additive_mask(like=like, bias=m.bias, legacy_mask=m.legacy_mask)
         if additive is None:
             return None if allowed is None else self.as_native(allowed)
         return self.as_native(mask_helpers.fill_blocked(
-            allowed, like=q, additive=additive, fill=self.blocked_fill(q.dtype)))
+            allowed, like=like, additive=additive, fill=self.blocked_fill(like.dtype)))
 
     def blocked_fill(self, dtype) -> float:
         """The value of a blocked entry in an additive ``mask``: the dtype's lowest finite value
@@ -133,7 +134,7 @@ class ForeignAdapter(NumpyAdapter):
         return float(np.finfo(dtype).min)
 
     def attention(self, q, k, v, masks: MaskArgs):
-        mask = self.one_mask(q, masks, k.shape[2])
+        mask = self.one_mask(q, masks, q.shape[2], k.shape[2])
         out = self.native_attention(self.as_native(q), self.as_native(k), self.as_native(v), mask,
                                     float(masks.scale))
         return self.from_native(out), None
@@ -147,7 +148,7 @@ def library_backward(backend: ForeignAdapter, q, k, v, d_output, d_lse, masks: M
     if d_lse is not None or bias_grad or feats.cached or feats.sinks is not None:
         backend.unsupported("a gradient of the lse or the bias, or one with a KV cache or sinks")
     folded, _ = backend.fold_features(q, masks, feats, q.shape[2], k.shape[2])
-    mask = backend.one_mask(q, folded, k.shape[2])
+    mask = backend.one_mask(q, folded, q.shape[2], k.shape[2])
     scale = float(folded.scale)
     primals = {name: backend.as_native(x) for name, x in (("q", q), ("k", k), ("v", v))}
 

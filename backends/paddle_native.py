@@ -171,14 +171,8 @@ class PaddleMHA(PaddleArrays):
             self.unsupported(f"scale = {m.scale!r} (it always uses 1/sqrt(d_k) = "
                              f"{(hd_k // num_heads) ** -0.5!r})")
         module = self.module(p, num_heads, query.dtype)
-        allowed = mask_helpers.allowed_mask(query.shape[1], key.shape[1], like=query,
-                                            mask=m.mask, key_padding_mask=m.key_padding_mask,
-                                            causal=m.causal)
-        additive = mask_helpers.additive_mask(like=query, bias=m.bias, legacy_mask=m.legacy_mask)
-        attn = allowed if additive is None else mask_helpers.fill_blocked(
-            allowed, like=query, additive=additive, fill=self.blocked_fill(query.dtype))
         out, weights = module(*(self.as_native(x) for x in (query, key, value)),
-                              attn_mask=None if attn is None else self.as_native(attn))
+                              attn_mask=self.one_mask(query, m, query.shape[1], key.shape[1]))
         return self.from_native(out), self.from_native(weights)
 
     def module(self, p: MHAParams, num_heads: int, dtype):

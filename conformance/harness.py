@@ -33,7 +33,7 @@ from .expect import (call_problem, expect_close, expect_oracle, expect_rejection
                      rejection_problem, reproducer)
 from .judge import (Check, Reference, allowance, check, float32_hint, judge_parts,
                     lse_for_comparison, lse_scale, magnitude, oracle_result, reference,
-                    rows_left_to_mask9, sum_length)
+                    rows_left_to_mask9, sum_length, unjudged)
 
 __all__ = ["OPS", "CallTimeout", "Cell", "attended", "expect_blocked_weights_zero", "Result", "cell_deviations", "fit", "note", "op_capabilities",
            "op_deviations", "remember_call", "run",
@@ -41,4 +41,4 @@ __all__ = ["OPS", "CallTimeout", "Cell", "attended", "expect_blocked_weights_zer
            "reproducer",
            "Check", "Reference", "allowance", "check", "float32_hint", "judge_parts",
            "lse_for_comparison", "lse_scale", "magnitude", "oracle_result", "reference",
-           "rows_left_to_mask9", "sum_length"]
+           "rows_left_to_mask9", "sum_length", "unjudged"]

@@ -210,17 +210,17 @@ def check(impl: Cell, case: Case, got: Result, *, op: str, clause: str,
     expected, naive = ref.expected, ref.naive
     empty = rows_left_to_mask9(impl, op, expected, clause)
     rows = None if empty is None else empty.any(axis=1) if op == "mha" else empty
-    outputs = _unjudged([got.out, expected.out, *(n.out for n in naive)],
+    outputs = unjudged([got.out, expected.out, *(n.out for n in naive)],
                         None if rows is None else rows[..., None])
     parts = [("output", outputs[0], outputs[1], outputs[2:], magnitude(case, op, expected))]
     if got.weights is not None:
         free = ~np.all(np.isfinite(expected.weights), axis=-1)
         free = free if empty is None else free | empty
-        weights = _unjudged([got.weights, expected.weights, *(n.weights for n in naive)],
+        weights = unjudged([got.weights, expected.weights, *(n.weights for n in naive)],
                             free[..., None])
         parts.append(("weights", weights[0], weights[1], weights[2:], 1.0))
     if got.lse is not None:
-        lses = _unjudged([lse_for_comparison(got.lse, expected.lse), expected.lse,
+        lses = unjudged([lse_for_comparison(got.lse, expected.lse), expected.lse,
                           *(n.lse for n in naive)], empty)
         parts.append(("lse", lses[0], lses[1], lses[2:], lse_scale(expected.lse)))
     for what in ("present_key", "present_value"):
@@ -272,7 +272,7 @@ def rows_left_to_mask9(impl: Cell, op: str, expected: Result, clause: str | None
     return empty if empty.any() else None
 
 
-def _unjudged(arrays: list, where) -> list:
+def unjudged(arrays: list, where) -> list:
     """``arrays`` (a result, the oracle's and the naive ones; None stays None) set to 0 where the
     boolean ``where`` (same rank, broadcasting; None: nowhere) holds, so that the comparison leaves
     those entries out. A result of another shape is left for the shape check."""

@@ -224,7 +224,7 @@ def free_shapes(max_len: int, self_attention: bool, sizes=None) -> tuple[Shapes,
         every = (Shapes(b, h, lq, lq, d_k, d_k, *(h * d_k,) * 4)
                  for b, h, lq, d_k in itertools.product(BATCHES, HEADS, lengths, WIDTHS))
     else:
-        every = (Shapes(*sizes) for sizes in itertools.product(
+        every = (Shapes(*dims) for dims in itertools.product(
             BATCHES, HEADS, lengths, lengths, *(WIDTHS,) * 6))
     return tuple(shape for shape in every if sizes is None or sizes(shape))
 

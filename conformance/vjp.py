@@ -53,15 +53,17 @@ def rows_left_to_mask9(impl, problem: oracle.AttentionProblem) -> np.ndarray | N
                                       harness.Result(None, problem.allowed.astype(float)))
 
 
-def gradients_left_to_grad7(impl, problem: oracle.AttentionProblem) -> dict[str, np.ndarray]:
+def gradients_left_to_grad7(impl, problem: oracle.AttentionProblem,
+                            clause: str) -> dict[str, np.ndarray]:
     """Where the gradients of the case's rows without an allowed key reach, when the cell declares
-    GRAD-7 (:data:`.governed.EMPTY_ROW_GRADIENTS`) and the running test does not judge it: gradient
+    GRAD-7 (:data:`.governed.EMPTY_ROW_GRADIENTS`) and ``clause``, the one judged, is another (so
+    a replay of a GRAD-7 case judges every entry): gradient
     name -> a boolean mask broadcasting to it, their rows of dq (B, h, L_q, 1) and the dk, dv and
     past cache gradients of their batch item and key/value head (B, g, 1, 1). A backward pass
     that puts NaN there is GRAD-7's deviation, not every gradient clause's. {} otherwise."""
     empty = harness.rows_left_to_mask9(impl, "sdpa",
                                        harness.Result(None, problem.allowed.astype(float)),
-                                       subject=governed.EMPTY_ROW_GRADIENTS)
+                                       clause, subject=governed.EMPTY_ROW_GRADIENTS)
     if empty is None:
         return {}
     b, h, _ = empty.shape
@@ -70,12 +72,19 @@ def gradients_left_to_grad7(impl, problem: oracle.AttentionProblem) -> dict[str,
             "past_value": shared}
 
 
-def unjudged_by_grad7(impl, problem: oracle.AttentionProblem, *grads: Mapping) -> list[dict]:
+def unjudged_by_grad7(impl, problem: oracle.AttentionProblem, clause: str,
+                      *grads: Mapping) -> list[dict]:
     """Each of ``grads`` (name -> gradient: the backend's, the oracle's, ...) with the entries
-    :func:`gradients_left_to_grad7` gives set to 0, so that a comparison leaves them out."""
-    spared = gradients_left_to_grad7(impl, problem)
-    return [{n: np.where(spared[n], 0.0, g) if n in spared else g for n, g in part.items()}
-            for part in grads]
+    :func:`gradients_left_to_grad7` gives set to 0, so that a comparison leaves them out
+    (:func:`harness.unjudged`: a gradient of another shape is left for the shape check)."""
+    spared = gradients_left_to_grad7(impl, problem, clause)
+    out = [dict(part) for part in grads]
+    for name, where in spared.items():
+        present = [part for part in out if name in part]  # a cache's gradients only with one
+        if present:
+            for part, g in zip(present, harness.unjudged([part[name] for part in present], where)):
+                part[name] = g
+    return out
 
 
 def sinks_of(case, scale: float) -> np.ndarray:
@@ -176,7 +185,8 @@ def expect_gradients(impl, case, clause: str, *, d_lse: bool = False, bias_grad:
     want, naive, scale = references(impl, case, problem, **opts)
     replayed = replay_overrides(d_lse, bias_grad, sinks)
     try:
-        judge_gradients(impl, clause, *unjudged_by_grad7(impl, problem, got, want, naive), scale,
+        judge_gradients(impl, clause, *unjudged_by_grad7(impl, problem, clause, got, want, naive),
+                        scale,
                         harness.reproducer(impl, "attention_vjp", case.spec, replayed))
     except AssertionError as exc:  # the failing case saved for ``mhaspec replay`` (a run's failures)
         raise AssertionError(f"{exc}{save_failure(impl, case, 'attention_vjp', clause, replayed)}"
@@ -223,12 +233,12 @@ def expect_d_lse_honoured_or_refused(impl, case) -> str:
             return "refused"
     want, naive, scale = references(impl, case, problem, d_lse=True, left_out=left_out)
     reproduce = harness.reproducer(impl, "sdpa", case.spec)
-    got, want, naive = unjudged_by_grad7(impl, problem, got, want, naive)
+    got, want, naive = unjudged_by_grad7(impl, problem, "GRAD-11", got, want, naive)
     try:
         judge_gradients(impl, "GRAD-11", got, want, naive, scale, reproduce)
     except AssertionError as wrong:
-        (without,) = unjudged_by_grad7(impl, problem, oracle_grads(case, "float64",
-                                                                   left_out=left_out))
+        (without,) = unjudged_by_grad7(impl, problem, "GRAD-11",
+                                       oracle_grads(case, "float64", left_out=left_out))
         dropped = all(tolerance.judge(got[n], without[n], naive[n], dtype=impl.dtype,
                                       scale=scale).ok for n in without)
         if dropped:

@@ -23,14 +23,12 @@ from pathlib import Path
 
 from mhaspec import usage
 
-#: runs the mhaspec command line in this interpreter (the installed script may belong to another)
-CLI = ("-c", "import sys; from mhaspec.cli import main; sys.exit(main())")
 
 
 def certify(backend: str, profile_args: list[str], extra: list[str]) -> tuple[float, dict]:
     """Wall seconds of one ``mhaspec certify`` run and its certificate (a fresh folder)."""
     with tempfile.TemporaryDirectory(prefix="mhaspec-certify-cost-") as out:
-        command = [sys.executable, *CLI, "certify", backend, *profile_args, "--output-dir", out,
+        command = [sys.executable, "-m", "mhaspec.cli", "certify", backend, *profile_args, "--output-dir", out,
                    *(["--", *extra] if extra else [])]
         started = time.monotonic()
         done = subprocess.run(command, capture_output=True, text=True)
