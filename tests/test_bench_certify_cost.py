@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mhaspec.bench import certify_cost
 
 
@@ -19,3 +21,11 @@ def test_a_certificate_is_described_by_its_verdict_tally_and_tests():
     certificate = {"summary": {"verdict": "conforms", "counts": {"pass": 97, "not-implemented": 2}},
                    "run": {"tests_run": 660}}
     assert certify_cost.describe(certificate) == "conforms (2 not-implemented, 97 pass), 660 tests"
+
+
+def test_an_unknown_backend_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        certify_cost.main(["nosuch:thing"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nosuch" in err, err

@@ -58,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     # follows the backend)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
-    usage.checked_backend(args.backend)
+    try:
+        usage.checked_backend(args.backend)
+    except usage.UsageError as exc:  # one line, not a traceback
+        usage.fail(str(exc))
     for i in range(args.rounds):
         t_ci, ci = certify(args.backend, ["--profile", "ci"], extra)
         t_full, full = certify(args.backend, ["--seed", str(args.seed)], extra)

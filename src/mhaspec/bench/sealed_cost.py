@@ -52,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the sealed warm-up run (timings then include imports)")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args(argv)
-    inside = usage.checked_backend(args.backend)
+    try:
+        inside = usage.checked_backend(args.backend)
+    except usage.UsageError as exc:  # one line, not a traceback
+        usage.fail(str(exc))
     try:
         own = sealed.open_sealed(args.backend, call_timeout=60.0)
     except sealed.SealedError as exc:
