@@ -34,13 +34,14 @@ TORCH = shlex.split(os.environ.get("MHASPEC_TORCH", "torch==2.13.0"))
 JAX = shlex.split(os.environ.get("MHASPEC_JAX", ""))  # empty: the "jax" extra's plain jax
 FRAMEWORKS = ("torch", "jax", "tensorflow", "onnx")  # extras; "onnx" brings ONNX Runtime
 #: Extras whose adapters the project's own tests exercise too (Flax, Hugging Face Transformers,
-#: MLX); ``nox -s conformance`` leaves them out, and their adapters then report themselves
-#: unavailable. Not "tinygrad": its CPU device needs clang, and its ci suite alone takes ~13 minutes
-#: on the 2-core machine. Not "paddle": importing paddle 3.3.1 in a process that has imported
-#: tensorflow crashes it, so in a worker that ran TensorFlow's tests the adapter reports itself
-#: unavailable and the Paddle-alone tests skip: the ``paddle`` session runs them in an environment
-#: without TensorFlow. tests/test_tinygrad_adapter.py skips without tinygrad.
-ECOSYSTEM = ("flax", "hf", "mlx")
+#: MLX, tinygrad); ``nox -s conformance`` leaves them out, and their adapters then report
+#: themselves unavailable. tinygrad's CPU device compiles with clang (Debian: ``apt-get install
+#: clang``; .ci/run installs it): without it tests/test_tinygrad_adapter.py skips with that reason
+#: (its ci suite in four dtypes took 248 s of one worker on the 2-core machine). Not "paddle":
+#: importing paddle 3.3.1 in a process that has imported tensorflow crashes it, so in a worker that
+#: ran TensorFlow's tests the adapter reports itself unavailable and the Paddle-alone tests skip:
+#: the ``paddle`` session runs them in an environment without TensorFlow.
+ECOSYSTEM = ("flax", "hf", "mlx", "tinygrad")
 #: The environment of each pytest-xdist worker (where the caller's does not set these): one compute
 #: thread, since with a worker per core the frameworks' own thread pools (OpenBLAS, OpenMP,
 #: TensorFlow) oversubscribe the cores, and OpenBLAS waiting for a descheduled thread makes a small
@@ -109,8 +110,8 @@ def parallel(posargs: list[str]) -> tuple[list[str], dict[str, str]]:
 def tests(session: nox.Session) -> None:
     """The project's own tests (pytest on tests/), every framework and extra installed.
 
-    One pytest-xdist worker per core (``-- -n 0`` for one process). With the Flax, Hugging Face
-    and MLX extras and the citation validator (native-op adapters, JAX
+    One pytest-xdist worker per core (``-- -n 0`` for one process). With the Flax, Hugging Face,
+    MLX and tinygrad extras and the citation validator (native-op adapters, JAX
     compile budget, oracle vs mpmath, spec data, CITATION.cff, broken backends rejected); GPU tests
     skip without a GPU, the browser check without Chromium (the ``docs_browser`` session requires
     it)."""
