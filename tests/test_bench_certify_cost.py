@@ -11,10 +11,19 @@ def test_both_profiles_run_as_a_user_runs_them_and_are_compared(capsys):
     assert certify_cost.main(["numpy-batched", "--seed", "3", "--",
                               "-k", "test_sdpa_output_is_b_h_lq_dv"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("certify-cost numpy-batched round 1: ci ")
+    assert line.startswith("certify-cost numpy-batched round 1, 1 worker: ci ")
     assert "certify (seed 3)" in line and ", ratio " in line
     # a selection leaves most clauses unrun: both certificates say so, and the same tests ran
     assert line.count("incomplete") == 2 and line.count(", 3 tests") == 2
+
+
+def test_each_worker_count_runs_both_profiles(capsys):
+    assert certify_cost.main(["numpy-batched", "--seed", "3", "--workers", "1", "2", "--",
+                              "-k", "test_sdpa_output_is_b_h_lq_dv"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "certify-cost numpy-batched round 1, 1 worker", "certify-cost numpy-batched round 1, 2 workers"]
+    assert all(line.count(", 3 tests") == 2 for line in lines)
 
 
 def test_a_certificate_is_described_by_its_verdict_tally_and_tests():

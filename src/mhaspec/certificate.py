@@ -344,7 +344,9 @@ def backend_process(cert: dict) -> str:
         return ("backend process: not recorded (issued before the sealed path: the backend ran "
                 "inside the judging process)")
     startup = run.get("startup_code")
-    return (f"backend process: its own, sealed from the judge (restarted "
+    workers = run.get("workers", 1)
+    each = "" if workers == 1 else f", one in each of {workers} judging worker processes"
+    return (f"backend process: its own{each}, sealed from the judge (restarted "
             f"{run.get('backend_restarts', 0)} times after a hang or a crash); "
             f"{run.get('sandbox', 'sandbox not recorded')}"
             + ("" if startup is None else f"; start-up code in the judging process: "

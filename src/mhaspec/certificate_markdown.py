@@ -45,7 +45,9 @@ def process_row(run: dict) -> list[str]:
     """The Markdown row saying where the backend ran (none for a certificate that does not say)."""
     if run.get("backend_process") != "sealed":
         return []
-    return [f"| backend process | its own, sealed from the judge; restarted "
+    workers = run.get("workers", 1)
+    each = "" if workers == 1 else f" (one in each of {workers} judging workers)"
+    return [f"| backend process | its own{each}, sealed from the judge; restarted "
             f"{run.get('backend_restarts', 0)} times |"]
 
 

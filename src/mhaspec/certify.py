@@ -28,7 +28,7 @@ import re
 import time
 
 from mhaspec import (__version__, backend_process, certificate, certificate_markdown,
-                     installed_version, judge_files, runner, sealed)
+                     installed_version, judge_files, runner, sealed, sealed_workers)
 from mhaspec.backends.claim_readers import OPS, cell_deviations, op_capabilities
 from mhaspec.conformance import verdicts
 from mhaspec.spec import load as load_spec
@@ -44,7 +44,8 @@ EXPECT_MINUTES = {
     "ci": "the ci profile takes about a minute for a NumPy or PyTorch backend and can take half "
           "an hour for one that compiles per shape (eager JAX)",
 }
-#: pytest-xdist off: its workers would load the backend themselves, inside judging processes
+#: pytest-xdist off in a run of one judging process (``--workers 1``); with more, each worker has
+#: a sealed backend of its own (:mod:`mhaspec.sealed_workers`), never one loaded inside it
 NO_WORKERS = ("-p", "no:xdist")
 
 
@@ -165,7 +166,8 @@ def check_suite_version(installed: str | None = None) -> str:
 def check_pytest_args(pytest_args: list[str]) -> None:
     """Refuse, before the run, pytest arguments certify cannot honour: a ``--hypothesis-seed`` that
     is not an integer, and plugins or workers (``-p NAME``, ``-n``, ``--dist``): a plugin would run
-    inside the judging process, and pytest-xdist's workers would load the backend there."""
+    inside the judging process, and pytest-xdist's own workers would load the backend there
+    (``--workers N`` starts workers that do not)."""
     for i, arg in enumerate(pytest_args):
         value = arg.partition("=")[2] if "=" in arg else (
             pytest_args[i + 1] if i + 1 < len(pytest_args) else "")
@@ -178,7 +180,8 @@ def check_pytest_args(pytest_args: list[str]) -> None:
                              f"{printable(plugin) if arg == '-p' else ''}".strip())
         if arg.split("=")[0] in ("-n", "--numprocesses", "--dist", "--tx") or (
                 arg.startswith("-n") and arg[2:].isdigit()):
-            raise UsageError(f"certify runs without pytest-xdist workers: {printable(arg)}")
+            raise UsageError(f"certify starts its own workers (--workers N), not pytest-xdist's: "
+                             f"{printable(arg)}")
 
 
 #: what ``run.sandbox`` says
@@ -220,10 +223,13 @@ def check_environment(environ) -> None:
 
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
-            call_timeout: float | None = None, sandbox: bool = False) -> int:
+            call_timeout: float | None = None, sandbox: bool = False, workers: int = 1) -> int:
     """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise). ``sandbox``:
     run the backend's process in :data:`mhaspec.backend_process.SANDBOX` (a usage error where
-    the system cannot)."""
+    the system cannot); ``workers``: judge in that many pytest-xdist workers, each with a backend
+    process of its own (:mod:`mhaspec.sealed_workers`)."""
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {workers}")
     check_environment(os.environ)
     problem = backend_process.sandbox_problem() if sandbox else None
     if problem:
@@ -238,7 +244,8 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     backend.process.park()  # no backend process runs while pytest collects the test modules
     try:
         return _certify(backend, ref, profile=profile, seed=seed, output_dir=output_dir,
-                        pytest_args=pytest_args, call_timeout=call_timeout, guard=guard)
+                        pytest_args=pytest_args, call_timeout=call_timeout, guard=guard,
+                        workers=workers)
     finally:
         backend.close()
 
@@ -276,13 +283,15 @@ class JudgeGuard:
         raise UsageError(f"the judge's files changed while the backend ran ({when}): "
                          f"{printable(found)}; the run cannot be trusted, no certificate written")
 
-    def describe(self) -> str:
+    def describe(self, workers: int = 1) -> str:
+        where = "" if workers == 1 else f" (and in each of the {workers} workers)"
         return (f"{len(self.before)} judge files hashed before the backend started, unchanged "
-                f"after collection and after the run; installed files: {self.record}")
+                f"after collection{where} and after the run; installed files: {self.record}")
 
 
 def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int | None,
-             output_dir, pytest_args, call_timeout: float | None, guard: JudgeGuard) -> int:
+             output_dir, pytest_args, call_timeout: float | None, guard: JudgeGuard,
+             workers: int) -> int:
     suite_version = check_suite_version()
     paths = output_paths(output_dir, backend.name)
     check_not_another_backends(paths["json"], ref)
@@ -293,9 +302,11 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     for folder in ("failures", "passes"):  # an earlier run's cases are not this one's
         for old in sorted(paths[folder].glob("*.npz")):
             old.unlink()
+    controller = sealed_workers.Controller(backend, ref) if workers > 1 else None
     args = runner.suite_args(backends=[ref], profile=profile, seed=seed, failures=paths["failures"],
                              passes=paths["passes"], call_timeout=call_timeout,
-                             extra=[*NO_WORKERS, *pytest_args])
+                             extra=[*(sealed_workers.worker_args(workers) if controller
+                                      else NO_WORKERS), *pytest_args])
     print(f"mhaspec certify: {printable(backend.name)} against spec {spec.version}, profile "
           f"{profile}, {fixed or f'seed {seed}'}", flush=True)
     if profile in EXPECT_MINUTES:
@@ -303,12 +314,16 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     started = time.monotonic()
     try:
         run = runner.run_in_process(args, backends=[backend], refs={backend.name: ref},
-                                    after_collection=guard.changed)
+                                    after_collection=guard.changed,
+                                    plugins=(controller,) if controller else ())
     except runner.RunError as exc:
         raise UsageError(str(exc)) from None
     seconds = time.monotonic() - started
     if run.after_collection:
         guard.fail("found after collection", run.after_collection)
+    in_workers = controller.changed(guard.before) if controller else None
+    if in_workers:  # each worker hashed what it had loaded when its collection ended
+        guard.fail("found after collection, in a worker", in_workers)
     backend.close()  # the backend's process and every descendant of it end here
     guard.check("found after the run")
     collector = run.collector
@@ -340,8 +355,10 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
              "pytest_exit_status": run.exit_code,
              "selection": collector.selection,
              "call_timeout_s": collector.call_timeout,
-             "backend_process": "sealed", "backend_restarts": backend.process.restarts,
-             "judge_files": guard.describe(), "startup_code": guard.startup,
+             "backend_process": "sealed", "workers": workers,
+             "backend_restarts": backend.process.restarts + (controller.restarts()
+                                                             if controller else 0),
+             "judge_files": guard.describe(workers), "startup_code": guard.startup,
              "sandbox": SANDBOXED if backend.process.sandbox else NOT_SANDBOXED,
              "tests_run": len(results), "tests_not_run": len(not_run),
              "shrink": "every failure" if collector.shrink_all else "first failure of each cell",
@@ -363,4 +380,4 @@ def cmd_certify(args) -> int:
     """``mhaspec certify`` with its parsed arguments."""
     return certify(args.backend, profile=args.profile, seed=args.seed, output_dir=args.output_dir,
                    pytest_args=list(args.pytest_args), call_timeout=args.call_timeout,
-                   sandbox=args.sandbox)
+                   sandbox=args.sandbox, workers=args.workers)

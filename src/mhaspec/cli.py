@@ -1,6 +1,6 @@
 """``mhaspec``: the command line of the conformance suite.
 
-    mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--output-dir DIR]
+    mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--workers N] [--output-dir DIR]
     mhaspec verify CERT.json [--markdown CERT.md]
                    [--signature CERT.json.sig --allowed-signers FILE --identity ID]
     mhaspec sign CERT.json --key KEY [--force]
@@ -177,9 +177,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     c = sub.add_parser("certify", help="run the suite on a backend and write a certificate",
                        description="Run the whole conformance suite on one backend and write "
-                                   "its certificate: the suite judges in this process (one "
-                                   "pytest process, no pytest-xdist workers), the backend runs "
-                                   "in a process of its own. Writes NAME.json (what ran and "
+                                   "its certificate: the suite judges in this process (or, with "
+                                   "--workers N, in N pytest-xdist workers), the backend runs "
+                                   "in a process of its own (one per worker). Writes NAME.json (what ran and "
                                    "the verdict of every clause) and its rendering NAME.md, and "
                                    "every failing case as NAME-failures/<test>.npz for mhaspec "
                                    "replay, and the last case of every passing test as "
@@ -203,6 +203,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--sandbox", action="store_true",
                    help="run the backend's process in user, PID and mount namespaces of its own "
                         "(unshare; recorded in the certificate's run.sandbox)")
+    c.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="judge in N pytest-xdist worker processes, each with its own sealed "
+                        "backend process (default 1: one judging process); recorded in the "
+                        "certificate")
     c.add_argument("--output-dir", default="certificates",
                    help="where to write NAME.json, NAME.md, NAME-failures/ and NAME-passes/ "
                         "(default: "

@@ -170,13 +170,14 @@ class InProcessRun(NamedTuple):
 
 
 def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | None = None,
-                   only: bool = True, after_collection=None) -> InProcessRun:
+                   only: bool = True, after_collection=None, plugins: tuple = ()) -> InProcessRun:
     """Run pytest with ``args`` in this process, isolated from the caller (module docstring), on
     the already loaded ``backends`` (``refs``: name -> reference, for reproducers).
 
     ``only``: refuse a run whose arguments select any other backend; ``after_collection``: called
     once the tests are collected, before any runs; a line it returns runs no test and is kept
-    (``InProcessRun.after_collection``). Raises :class:`RunError`
+    (``InProcessRun.after_collection``); ``plugins``: more plugin objects for the run. Raises
+    :class:`RunError`
     when pytest reports a usage error or no result could be collected."""
     from hypothesis import configuration
 
@@ -192,7 +193,7 @@ def run_in_process(args: list[str], *, backends: list, refs: dict[str, str] | No
             configuration.set_hypothesis_home_dir(hypothesis_home)
             try:
                 with contextlib.redirect_stderr(errors):
-                    code = int(pytest.main(full, plugins=[provider]))
+                    code = int(pytest.main(full, plugins=[provider, *plugins]))
             finally:
                 configuration.set_hypothesis_home_dir(None)
     if code == int(pytest.ExitCode.USAGE_ERROR) or provider.collector is None:

@@ -291,6 +291,18 @@ class SealedBackend:
             raise BackendDied(f"{self.name}: malformed answer from the backend's process") from None
 
 
+def sealed_with_claims(ref: str, claims: dict, *, call_timeout: float | None,
+                       sandbox: bool = False) -> SealedBackend:
+    """The backend ``ref`` with ``claims`` already read and frozen elsewhere (as the first message
+    of its process sent them to :func:`open_sealed`): checked and frozen again here, and its
+    process started at its first call, not now. :class:`SealedError` when the claims are wrong."""
+    try:
+        frozen = claims_module.checked(claims)
+    except (claims_module.ClaimError, AttributeError, TypeError) as exc:
+        raise SealedError(f"backend {ref!r}: {exc}") from None
+    return SealedBackend(BackendProcess(ref, sandbox=sandbox), frozen, call_timeout)
+
+
 def open_sealed(ref: str, *, call_timeout: float | None, sandbox: bool = False) -> SealedBackend:
     """Start the backend ``ref`` in its own process (``sandbox``: in
     :data:`mhaspec.backend_process.SANDBOX`) and freeze its claims; :class:`SealedError` (one

@@ -1,8 +1,9 @@
 """What a thorough certificate costs against a ci one: ``mhaspec certify`` of one backend with the
 ci profile and with the certify profile, side by side in one run, and the ratio of their times.
 
-``python -m mhaspec.bench.certify_cost BACKEND [--seed 0] [--rounds 1] [-- PYTEST_ARGS]`` (the pytest
-arguments go to both runs)
+``python -m mhaspec.bench.certify_cost BACKEND [--seed 0] [--rounds 1] [--workers 1 ...] [-- PYTEST_ARGS]``
+(the pytest arguments go to every run; ``--workers 1 2`` runs each profile with one judging process
+and with two workers, side by side)
 
 Each round runs ``mhaspec certify BACKEND --profile ci`` and then ``--seed SEED`` (the certify
 profile: 100 examples a test) as a user would, each a fresh process writing its certificate to a
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("backend")
     parser.add_argument("--seed", type=int, default=0, help="the certify profile's seed")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1], metavar="N",
+                        help="certify's --workers; several: each profile runs with each")
     argv = sys.argv[1:] if argv is None else list(argv)
     # the pytest arguments after "--" (argparse gives a positional nothing there once an option
     # follows the backend)
@@ -62,12 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         usage.checked_backend(args.backend)
     except usage.UsageError as exc:  # one line, not a traceback
         usage.fail(str(exc))
+    if min(args.workers) < 1:
+        usage.fail(f"--workers must be at least 1, got {min(args.workers)}")
     for i in range(args.rounds):
-        t_ci, ci = certify(args.backend, ["--profile", "ci"], extra)
-        t_full, full = certify(args.backend, ["--seed", str(args.seed)], extra)
-        print(f"certify-cost {args.backend} round {i + 1}: ci {t_ci:.1f} s, certify (seed "
-              f"{args.seed}) {t_full:.1f} s, ratio {t_full / t_ci:.2f}; ci: {describe(ci)}; "
-              f"certify: {describe(full)}", flush=True)
+        for n in args.workers:
+            workers = ["--workers", str(n)]
+            t_ci, ci = certify(args.backend, ["--profile", "ci", *workers], extra)
+            t_full, full = certify(args.backend, ["--seed", str(args.seed), *workers], extra)
+            print(f"certify-cost {args.backend} round {i + 1}, {n} worker{'s' * (n > 1)}: ci "
+                  f"{t_ci:.1f} s, certify (seed {args.seed}) {t_full:.1f} s, ratio "
+                  f"{t_full / t_ci:.2f}; ci: {describe(ci)}; certify: {describe(full)}", flush=True)
     return 0
 
 

@@ -1,0 +1,91 @@
+"""``mhaspec certify --workers N`` (issue 36): the suite judged by N pytest-xdist workers, each
+with a sealed backend process of its own (:mod:`mhaspec.sealed_workers`).
+
+What one judging process guarantees must hold in every worker: the backend never runs inside a
+judging process (a wrong backend whose import patches the judge, or that is right only where it
+can see the running test, does not conform), an edit of the installed judge is found, and the
+verdicts are those of one process on the same inputs.
+
+Axis legend: none (the subjects are certificates and processes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hostile_certify import HEADS_ONLY, certificate, certify, clause, installed_copy, output
+# work: a fixture
+from hostile_certify import work  # noqa: F401
+
+WORKERS = ("--workers", "2")
+
+
+@pytest.mark.parametrize("ref, stem, cid, selection", [
+    ("ZERO", "zero-attention", "SDPA-1", ("-k", "test_attention_equals_softmax")),
+    ("ONLY_IN_HARNESS", "only-in-harness", "HEAD-1", HEADS_ONLY)])
+def test_a_wrong_backend_does_not_conform_in_workers(work, ref, stem, cid, selection):
+    """Loaded inside a worker, ZERO's import would replace the judge (every comparison a pass) and
+    ONLY_IN_HARNESS would see the running test (right only there): both would conform. Each
+    worker's backend is a process of its own, so both fail their clause."""
+    proc = certify(work, ref, *WORKERS, "--", *selection)
+    assert proc.returncode == 1, output(proc)
+    cert = certificate(work, stem)
+    assert clause(cert, cid)["verdict"] == "fail", output(proc)
+    assert cert["run"]["workers"] == 2 and cert["run"]["backend_process"] == "sealed"
+
+
+@pytest.mark.parametrize("ref, stem, when", [
+    ("EDITS_AND_RESTORES", "edits-and-restores", "found after collection, in a worker"),
+    ("EDITS_THE_JUDGE", "edits-the-judge", "found after collection, in a worker"),
+    ("EDITS_DURING_THE_RUN", "edits-during-the-run", "found after the run")])
+def test_an_edit_of_the_installed_judge_is_found_in_workers(work, ref, stem, when):
+    """The edit made when the claims are read (before the workers import the judge) is in the
+    code a worker loaded: its hashes at the end of its collection differ from certify's, taken
+    before any backend process started (restoring it during the run changes nothing). An edit
+    made during the run is on the disk after it. Either way: one line, no certificate."""
+    site = installed_copy(work / ".venv" / "site")
+    proc = certify(work, ref, *WORKERS, "--", *HEADS_ONLY, path=site)
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "changed while the backend ran" in lines[0], output(proc)
+    assert f"({when})" in lines[0] and "results.py" in lines[0] and "no certificate" in lines[0]
+    assert not (work / "certs" / f"{stem}.json").exists()
+
+
+def _verdicts(cert: dict) -> dict:
+    return {c["id"]: (c["verdict"], c.get("worst_ratio")) for c in cert["clauses"]}
+
+
+def test_workers_give_the_verdicts_of_one_process(tmp_path):
+    """numpy-batched, ci profile, masking and heads chapters: the same clause verdicts and worst
+    ratios with two workers as in one process (the same derandomized inputs), every selected
+    test run once."""
+    selection = ("--", "-k", "split_heads or MASK-1 or MASK-2")
+    certs = {}
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}"
+        proc = subprocess.run([sys.executable, "-m", "mhaspec.cli", "certify", "numpy-batched",
+                               "--profile", "ci", "--workers", workers, "--output-dir", str(out),
+                               *selection], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode in (0, 1), output(proc)
+        certs[workers] = json.loads((out / "numpy-batched.json").read_text("utf-8"))
+    one, two = certs["1"], certs["2"]
+    assert _verdicts(one) == _verdicts(two)
+    assert one["run"]["tests_run"] == two["run"]["tests_run"] > 0
+    assert one["run"]["tests_not_run"] == two["run"]["tests_not_run"]
+    assert (one["run"]["workers"], two["run"]["workers"]) == (1, 2)
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_fewer_than_one_worker_is_one_line(tmp_path, value):
+    proc = subprocess.run([sys.executable, "-m", "mhaspec.cli", "certify", "numpy-batched",
+                           "--workers", value], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"mhaspec: error: --workers must be at least 1, got {value}"], output(proc)
