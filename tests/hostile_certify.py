@@ -328,6 +328,15 @@ class EDITS_THE_JUDGE(EditsTheJudge):
 
 
 EDITS_DURING_THE_RUN = EditsDuringTheRun
+
+
+class OWN_INTERPRETER(Heads):  # a class: constructed only in the process that serves it
+    """Named by the interpreter that serves it: "own-interpreter" under the test's wrapper script
+    (which sets MHASPEC_TEST_WRAPPER), "judges-interpreter" otherwise."""
+
+    def __init__(self):
+        super().__init__("own-interpreter" if os.environ.get("MHASPEC_TEST_WRAPPER")
+                         else "judges-interpreter")
 LEAVES_A_GRANDCHILD = LeavesAGrandchild
 
 

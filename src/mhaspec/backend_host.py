@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from mhaspec import codec, usage, wire
+from mhaspec import __version__, codec, usage, wire
 from mhaspec.backends.claim_readers import OPS
 
 
@@ -38,6 +38,12 @@ def plain(x):
     if isinstance(x, Mapping) and all(isinstance(k, str) for k in x):
         return {k: plain(v) for k, v in x.items()}
     return {"!": type(x).__name__}
+
+
+def host_facts() -> dict[str, str]:
+    """The interpreter serving the backend: its Python and mhaspec versions (the judge refuses an
+    mhaspec other than its own: the two speak one wire protocol)."""
+    return {"python": platform.python_version(), "mhaspec": __version__}
 
 
 def read_claims(backend) -> dict:
@@ -187,7 +193,7 @@ def serve(ref: str, fd_in: int, fd_out: int) -> int:
         wire.send(fd_out, {"load_error": f"backend {ref!r} failed to load: "
                                          f"{type(exc).__name__}: {exc}"[:4000]})
         return 0
-    wire.send(fd_out, {"claims": claims})
+    wire.send(fd_out, {"claims": claims, "host": host_facts()})
     host = Host(backend)
     while True:
         try:

@@ -44,8 +44,9 @@ class BackendProcess:
     """One backend reference served by a process of its own (started on first use)."""
 
     def __init__(self, ref: str, *, startup_limit: float = STARTUP_LIMIT,
-                 sandbox: bool = False) -> None:
+                 sandbox: bool = False, python: str | None = None) -> None:
         self.ref, self.startup_limit, self.sandbox = ref, startup_limit, sandbox
+        self.python = python  # the interpreter that serves the backend (None: the judge's)
         self.proc: subprocess.Popen | None = None
         self.fd_in = self.fd_out = -1  # ours: the process's answers, our requests
         self.generation = 0  # starts so far; arrays of an earlier one are gone
@@ -62,7 +63,7 @@ class BackendProcess:
         from_child, to_parent = os.pipe()
         self.cwd = tempfile.mkdtemp(prefix="mhaspec-backend-")
         self.proc = subprocess.Popen(
-            [*(SANDBOX if self.sandbox else ()), sys.executable, "-c", HOST_ENTRY],
+            [*(SANDBOX if self.sandbox else ()), self.python or sys.executable, "-c", HOST_ENTRY],
             stdin=from_parent, pass_fds=(to_parent,),
             cwd=self.cwd, env=backend_environment(), start_new_session=True)
         os.close(from_parent)

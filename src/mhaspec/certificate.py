@@ -346,6 +346,8 @@ def backend_process(cert: dict) -> str:
     startup = run.get("startup_code")
     workers = run.get("workers", 1)
     each = "" if workers == 1 else f", one in each of {workers} judging worker processes"
+    python = run.get("backend_interpreter")
+    each += "" if python is None else f", interpreter {python}"
     return (f"backend process: its own{each}, sealed from the judge (restarted "
             f"{run.get('backend_restarts', 0)} times after a hang or a crash); "
             f"{run.get('sandbox', 'sandbox not recorded')}"

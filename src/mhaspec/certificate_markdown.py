@@ -47,6 +47,8 @@ def process_row(run: dict) -> list[str]:
         return []
     workers = run.get("workers", 1)
     each = "" if workers == 1 else f" (one in each of {workers} judging workers)"
+    python = run.get("backend_interpreter")
+    each += "" if python is None else f", interpreter {md_text(python)}"
     return [f"| backend process | its own{each}, sealed from the judge; restarted "
             f"{run.get('backend_restarts', 0)} times |"]
 

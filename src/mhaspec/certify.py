@@ -25,6 +25,7 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import time
 
 from mhaspec import (__version__, backend_process, certificate, certificate_markdown,
@@ -221,15 +222,36 @@ def check_environment(environ) -> None:
                              f"into the judging process; unset it to certify")
 
 
+def executable(path: str) -> str:
+    """``path`` (or a program name on ``PATH``) as an absolute path to an executable file;
+    :class:`UsageError` naming ``--backend-python`` otherwise."""
+    found = shutil.which(path)
+    if found is None:
+        raise UsageError(f"--backend-python {printable(path)} is not an executable file")
+    return os.path.abspath(found)
+
+
+def interpreter(backend: sealed.SealedBackend) -> str:
+    """What ``run.backend_interpreter`` says: the judge's interpreter or one of its own, with the
+    Python version that served the backend (no path of the issuing machine)."""
+    python = (backend.process.first.get("host") or {}).get("python", "unknown")
+    whose = "its own (--backend-python)" if backend.process.python else "the judge's"
+    return f"{whose}: Python {printable(str(python))}"
+
+
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
             output_dir="certificates", pytest_args: list[str] = (),
-            call_timeout: float | None = None, sandbox: bool = False, workers: int = 1) -> int:
+            call_timeout: float | None = None, sandbox: bool = False, workers: int = 1,
+            backend_python: str | None = None) -> int:
     """Certify backend ``ref``; returns the exit status (0 conforms, 1 otherwise). ``sandbox``:
     run the backend's process in :data:`mhaspec.backend_process.SANDBOX` (a usage error where
     the system cannot); ``workers``: judge in that many pytest-xdist workers, each with a backend
-    process of its own (:mod:`mhaspec.sealed_workers`)."""
+    process of its own (:mod:`mhaspec.sealed_workers`); ``backend_python``: the interpreter that
+    serves the backend (its own environment, with the judge's mhaspec; default the judge's)."""
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, got {workers}")
+    if backend_python is not None:
+        backend_python = executable(backend_python)
     check_environment(os.environ)
     problem = backend_process.sandbox_problem() if sandbox else None
     if problem:
@@ -238,7 +260,8 @@ def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None
     check_seed(profile, seed, list(pytest_args))
     guard = JudgeGuard()
     try:
-        backend = sealed.open_sealed(ref, call_timeout=call_timeout, sandbox=sandbox)
+        backend = sealed.open_sealed(ref, call_timeout=call_timeout, sandbox=sandbox,
+                                     python=backend_python)
     except sealed.SealedError as exc:
         raise UsageError(printable(one_line(exc), 400)) from None
     backend.process.park()  # no backend process runs while pytest collects the test modules
@@ -360,6 +383,7 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
                                                              if controller else 0),
              "judge_files": guard.describe(workers), "startup_code": guard.startup,
              "sandbox": SANDBOXED if backend.process.sandbox else NOT_SANDBOXED,
+             "backend_interpreter": interpreter(backend),
              "tests_run": len(results), "tests_not_run": len(not_run),
              "shrink": "every failure" if collector.shrink_all else "first failure of each cell",
              "seconds": round(seconds, 1)},
@@ -380,4 +404,5 @@ def cmd_certify(args) -> int:
     """``mhaspec certify`` with its parsed arguments."""
     return certify(args.backend, profile=args.profile, seed=args.seed, output_dir=args.output_dir,
                    pytest_args=list(args.pytest_args), call_timeout=args.call_timeout,
-                   sandbox=args.sandbox, workers=args.workers)
+                   sandbox=args.sandbox, workers=args.workers,
+                   backend_python=args.backend_python)

@@ -1,6 +1,7 @@
 """``mhaspec``: the command line of the conformance suite.
 
-    mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--workers N] [--output-dir DIR]
+    mhaspec certify NAME|module:attr [--profile certify] [--seed N] [--workers N]
+                    [--backend-python PYTHON] [--output-dir DIR]
     mhaspec verify CERT.json [--markdown CERT.md]
                    [--signature CERT.json.sig --allowed-signers FILE --identity ID]
     mhaspec sign CERT.json --key KEY [--force]
@@ -203,6 +204,11 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--sandbox", action="store_true",
                    help="run the backend's process in user, PID and mount namespaces of its own "
                         "(unshare; recorded in the certificate's run.sandbox)")
+    c.add_argument("--backend-python", default=None, metavar="PYTHON",
+                   help="the interpreter that serves the backend, e.g. the python of the "
+                        "backend's own virtual environment (it needs this mhaspec version "
+                        "installed); the judge's environment then needs no framework (default: "
+                        "the judge's interpreter); recorded in the certificate")
     c.add_argument("--workers", type=int, default=1, metavar="N",
                    help="judge in N pytest-xdist worker processes, each with its own sealed "
                         "backend process (default 1: one judging process); recorded in the "

@@ -55,7 +55,8 @@ IMAGE_LABEL_CHARS = 48
 
 class Row(NamedTuple):
     """One certified implementation: its name, library and version, verdict, the certificate's
-    Markdown file name, chapter id -> (verdict, the clauses behind it), and its coverage."""
+    Markdown file name, chapter id -> (verdict, the clauses behind it), its coverage, and the
+    inputs it was certified on (:func:`inputs_of`)."""
 
     name: str
     library: str
@@ -63,6 +64,15 @@ class Row(NamedTuple):
     markdown: str
     cells: dict
     coverage: coverage.Coverage
+    inputs: str = ""
+
+
+def inputs_of(cert: dict) -> str:
+    """``"certify profile, seed 123"`` or ``"ci profile, fixed inputs"``: what a certificate's
+    Hypothesis settings drew its cases from."""
+    hyp = cert["hypothesis"]
+    seed = hyp.get("seed")
+    return f"{hyp['profile']} profile, " + ("fixed inputs" if seed is None else f"seed {seed}")
 
 
 class Superseded(NamedTuple):
@@ -160,7 +170,8 @@ def read_rows(directory: pathlib.Path) -> Board:
         issued.append(cert["issued"][:10])
         rows.append(Row(b["name"], f"{b['framework']} {b['framework_version']}",
                         cert["summary"]["verdict"], path.with_suffix(".md").name,
-                        chapter_cells(cert, core + optional, chapter_of), coverage.of(cert)))
+                        chapter_cells(cert, core + optional, chapter_of), coverage.of(cert),
+                        inputs_of(cert)))
     rows.sort(key=lambda r: (r.library.casefold(), r.name.casefold()))
     # a chapter none of the certificates' versions has (SINK for certificates of 1.2) is left out
     issued_chapters = {ch for r in rows for ch, cell in r.cells.items() if cell[1]}
@@ -228,6 +239,10 @@ def markdown(board: Board, link_dir: str, image: str) -> str:
                      f"{cov.certified} of {cov.testable}{dev} | {cov.core.certified} of "
                      f"{cov.core.testable} | "
                      f"{', '.join(optional) or 'none'} |")
+    lines += ["", "Inputs: " + "; ".join(
+        f"{md_text(row.name)} ({md_text(row.inputs)})" for row in board.rows) + ". The certify "
+        "profile draws 100 cases a test from a recorded seed (an auditor re-runs them with "
+        "`mhaspec audit`); the ci profile runs the fixed, derandomized cases CI runs."]
     legend = "; ".join(f"**{word}**: {meaning}" for key, (word, meaning, _) in STYLE.items()
                        if key != "stale-deviation")
     lines += ["", f"Each cell is the worst verdict of the chapter's clauses and how many of its "

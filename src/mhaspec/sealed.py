@@ -23,6 +23,7 @@ import weakref
 
 import numpy as np
 
+from mhaspec import __version__
 from mhaspec import claims as claims_module
 from mhaspec import codec
 from mhaspec.backend_process import BackendDied, BackendProcess
@@ -292,7 +293,7 @@ class SealedBackend:
 
 
 def sealed_with_claims(ref: str, claims: dict, *, call_timeout: float | None,
-                       sandbox: bool = False) -> SealedBackend:
+                       sandbox: bool = False, python: str | None = None) -> SealedBackend:
     """The backend ``ref`` with ``claims`` already read and frozen elsewhere (as the first message
     of its process sent them to :func:`open_sealed`): checked and frozen again here, and its
     process started at its first call, not now. :class:`SealedError` when the claims are wrong."""
@@ -300,14 +301,28 @@ def sealed_with_claims(ref: str, claims: dict, *, call_timeout: float | None,
         frozen = claims_module.checked(claims)
     except (claims_module.ClaimError, AttributeError, TypeError) as exc:
         raise SealedError(f"backend {ref!r}: {exc}") from None
-    return SealedBackend(BackendProcess(ref, sandbox=sandbox), frozen, call_timeout)
+    return SealedBackend(BackendProcess(ref, sandbox=sandbox, python=python), frozen, call_timeout)
 
 
-def open_sealed(ref: str, *, call_timeout: float | None, sandbox: bool = False) -> SealedBackend:
+def host_problem(first: dict) -> str | None:
+    """Why the judge cannot talk to the process that sent ``first`` (its first message), or None:
+    an mhaspec other than the judge's serves the backend (another interpreter, ``--backend-python``,
+    with another version installed: the two must speak one wire protocol)."""
+    host = first.get("host")
+    theirs = host.get("mhaspec") if isinstance(host, dict) else None
+    if theirs != __version__:
+        return (f"the backend's interpreter has mhaspec {printable(str(theirs))}, the judge "
+                f"{__version__}: install the same version in both")
+    return None
+
+
+def open_sealed(ref: str, *, call_timeout: float | None, sandbox: bool = False,
+                python: str | None = None) -> SealedBackend:
     """Start the backend ``ref`` in its own process (``sandbox``: in
-    :data:`mhaspec.backend_process.SANDBOX`) and freeze its claims; :class:`SealedError` (one
-    line) when it cannot load, its claims cannot be read or have the wrong type."""
-    process = BackendProcess(ref, sandbox=sandbox)
+    :data:`mhaspec.backend_process.SANDBOX`; ``python``: under that interpreter, which must have
+    the judge's mhaspec) and freeze its claims; :class:`SealedError` (one line) when it cannot
+    load, its claims cannot be read or have the wrong type."""
+    process = BackendProcess(ref, sandbox=sandbox, python=python)
     try:
         first = process.start()
     except BaseException as exc:
@@ -316,6 +331,10 @@ def open_sealed(ref: str, *, call_timeout: float | None, sandbox: bool = False) 
     if "claims" not in first:
         process.stop()
         raise SealedError(str(first.get("load_error", f"backend {ref!r} failed to load: {first}")))
+    problem = host_problem(first)
+    if problem:
+        process.stop()
+        raise SealedError(problem)
     try:
         frozen = claims_module.checked(first["claims"])
     except (claims_module.ClaimError, AttributeError, TypeError) as exc:

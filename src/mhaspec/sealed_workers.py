@@ -3,7 +3,7 @@ process of its own.
 
 The controller (certify's process, which holds no backend process during the run) registers a
 :class:`Controller`: it hands every worker the backend's reference, the claims certify read and
-froze before the run, the sandbox choice (``pytest_configure_node``), and takes back each worker's
+froze before the run, the sandbox choice and the interpreter (``pytest_configure_node``), and takes back each worker's
 report when it ends (``pytest_testnodedown``). In a worker, this module's hooks (loaded with
 ``-p mhaspec.sealed_workers`` in every process of the run) import every judge module first
 (:func:`mhaspec.judge_files.preload`), then hand the suite a
@@ -42,7 +42,8 @@ class Controller:
 
     def __init__(self, backend: sealed.SealedBackend, ref: str) -> None:
         self.input = json.dumps({"ref": ref, "claims": backend.process.first["claims"],
-                                 "sandbox": backend.process.sandbox})
+                                 "sandbox": backend.process.sandbox,
+                                 "python": backend.process.python})
         self.reports: dict[str, dict | None] = {}
 
     def pytest_configure_node(self, node) -> None:
@@ -95,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
     judge_files.preload()
     data = json.loads(given)
     backend = sealed.sealed_with_claims(
-        data["ref"], data["claims"], sandbox=data["sandbox"],
+        data["ref"], data["claims"], sandbox=data["sandbox"], python=data["python"],
         call_timeout=config.getoption("--mhaspec-call-timeout") or None)
     config.pluginmanager.register(_WorkerProvider(backend, data["ref"]), plugin.PROVIDER)
 
