@@ -330,6 +330,18 @@ class EDITS_THE_JUDGE(EditsTheJudge):
 EDITS_DURING_THE_RUN = EditsDuringTheRun
 
 
+class KILLS_ITS_JUDGE(Heads):  # a class: constructed only in the process that serves it
+    """Kills its parent, the judging process that started it, at its first operation."""
+
+    def __init__(self):
+        super().__init__("kills-its-judge")
+
+    def split_heads(self, x, num_heads):
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(5)
+        return super().split_heads(x, num_heads)
+
+
 class OWN_INTERPRETER(Heads):  # a class: constructed only in the process that serves it
     """Named by the interpreter that serves it: "own-interpreter" under the test's wrapper script
     (which sets MHASPEC_TEST_WRAPPER), "judges-interpreter" otherwise."""

@@ -56,6 +56,17 @@ def test_an_edit_of_the_installed_judge_is_found_in_workers(work, ref, stem, whe
     assert not (work / "certs" / f"{stem}.json").exists()
 
 
+def test_a_worker_killed_by_its_backend_leaves_no_certificate(work):
+    """The backend's process kills its parent, a judging worker (same user, no sandbox): the
+    worker is not replaced, and certify writes no certificate for a run a worker did not finish
+    (one line, exit 2)."""
+    proc = certify(work, "KILLS_ITS_JUDGE", *WORKERS, "--", *HEADS_ONLY)
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "a judging worker died during the run" in lines[-1], output(proc)
+    assert not (work / "certs" / "kills-its-judge.json").exists()
+
+
 def _verdicts(cert: dict) -> dict:
     return {c["id"]: (c["verdict"], c.get("worst_ratio")) for c in cert["clauses"]}
 

@@ -344,9 +344,14 @@ def _certify(backend: sealed.SealedBackend, ref: str, *, profile: str, seed: int
     seconds = time.monotonic() - started
     if run.after_collection:
         guard.fail("found after collection", run.after_collection)
-    in_workers = controller.changed(guard.before) if controller else None
-    if in_workers:  # each worker hashed what it had loaded when its collection ended
-        guard.fail("found after collection, in a worker", in_workers)
+    if controller:
+        in_workers = controller.changed(guard.before)
+        if in_workers:  # each worker hashed what it had loaded when its collection ended
+            guard.fail("found after collection, in a worker", in_workers)
+        lost = controller.unreported()
+        if lost:
+            raise UsageError(f"a judging worker died during the run ({printable(lost)}): what it "
+                             f"judged cannot be trusted, no certificate written")
     backend.close()  # the backend's process and every descendant of it end here
     guard.check("found after the run")
     collector = run.collector

@@ -58,20 +58,23 @@ class Controller:
         death)."""
         return sum(r["restarts"] for r in self.reports.values() if r)
 
+    def unreported(self) -> str | None:
+        """A line naming the workers that ended without their report (a worker that died: its
+        judge files are unknown), or None."""
+        missing = sorted(w for w, report in self.reports.items() if report is None)
+        if not self.reports:
+            return "no worker reported"
+        return f"worker {', '.join(missing)} ended without its report" if missing else None
+
     def changed(self, before: dict[str, str]) -> str | None:
         """A line naming the judge files some worker loaded in another version than ``before``
         (the controller's hashes; a file the controller did not hash is compared with the disk
-        now), or a worker that sent no report; None when every worker judged with the same code."""
+        now); None when every reporting worker judged with the same code."""
         found: list[str] = []
-        for worker, report in sorted(self.reports.items()):
-            if report is None:
-                found.append(f"worker {worker} sent no report of its judge files")
-                continue
-            for path, sha in sorted(report["judge_files"].items()):
+        for report in self.reports.values():
+            for path, sha in sorted((report or {}).get("judge_files", {}).items()):
                 if before.get(path, judge_files.digest(pathlib.Path(path))) != sha and path not in found:
                     found.append(path)
-        if not self.reports:
-            found.append("no worker reported")
         return ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "") \
             if found else None
 
