@@ -236,7 +236,7 @@ def interpreter(backend: sealed.SealedBackend) -> str:
     Python version that served the backend (no path of the issuing machine)."""
     python = (backend.process.first.get("host") or {}).get("python", "unknown")
     whose = "its own (--backend-python)" if backend.process.python else "the judge's"
-    return f"{whose}: Python {printable(str(python))}"
+    return f"{whose}: Python {printable(str(python))[:40]}"
 
 
 def certify(ref: str, *, profile: str = DEFAULT_PROFILE, seed: int | None = None,
