@@ -108,13 +108,22 @@ def test_the_command_writes_the_grid_linked_to_certificates_and_the_image(one_ce
            'MASK-13: ' in text
     assert '[pass 6/7](certs/torch-sdpa-math.md "every clause run passed: SDPA-1; SDPA-2' in text
     assert "### Core chapters" in text and "### Optional chapters" in text
+    cert = json.loads(SDPA_MATH.read_text("utf-8"))
+    assert f"Inputs: torch-sdpa-math ({scoreboard.inputs_of(cert)})." in text
     # the picture leads the section, with its title, and opens full size
     first = text.split(scoreboard.START)[1].lstrip().splitlines()[0]
-    version = json.loads(SDPA_MATH.read_text("utf-8"))["spec"]["version"]
-    assert first.startswith(f"[![mhaspec {version} conformance scoreboard: profile ci, CPU, "
+    version, profile = cert["spec"]["version"], cert["hypothesis"]["profile"]
+    assert first.startswith(f"[![mhaspec {version} conformance scoreboard: profile {profile}, CPU, "
                             "certificates issued 20") and "](assets/board.svg)](assets/board.svg " in first
     svg = image.read_text("utf-8")
     assert svg.startswith("<?xml") and "<svg" in svg
+
+
+def test_a_certificate_names_the_inputs_it_was_certified_on():
+    hypothesis = {"profile": "certify", "seed": 123}
+    assert scoreboard.inputs_of({"hypothesis": hypothesis}) == "certify profile, seed 123"
+    hypothesis = {"profile": "ci", "seed": None, "inputs": "fixed inputs (ci profile)"}
+    assert scoreboard.inputs_of({"hypothesis": hypothesis}) == "ci profile, fixed inputs"
 
 
 def test_an_edited_certificate_is_refused_in_one_line(one_certificate, capsys):
