@@ -62,3 +62,13 @@ def test_a_backend_of_another_name_is_refused_before_anything_runs():
     with pytest.raises(usage.UsageError, match="^--backend: numpy-batched is numpy-batched, the "
                                                "certificate is of torch-sdpa-math$"):
         audit.main([str(CERT), "--backend", "numpy-batched"])
+
+
+def test_a_clause_the_audit_fails_is_shown_with_its_first_failure():
+    rows = [("SHAPE-5", "pass", "fail", 2), ("MASK-1", "fail", "pass", 3)]
+    results = [{"clauses": ["SHAPE-5"], "outcome": "pass", "test": "test_a[x]", "message": ""},
+               {"clauses": ["SHAPE-5"], "outcome": "fail", "test": "test_b[x]",
+                "message": "\n[SHAPE-5] x sdpa: did not return within the per-call time limit\nmore"},
+               {"clauses": ["MASK-1"], "outcome": "pass", "test": "test_c[x]", "message": ""}]
+    assert audit.why(rows, results) == [
+        "SHAPE-5: test_b[x]: [SHAPE-5] x sdpa: did not return within the per-call time limit"]

@@ -89,6 +89,21 @@ def differences(cert: dict, results: list[dict]) -> list[tuple[str, str, str, in
     return out
 
 
+def why(rows: list[tuple[str, str, str, int]], results: list[dict]) -> list[str]:
+    """For every differing clause the audit failed, the first failing test of that clause and the
+    first line of its failure (what an auditor needs to tell a backend's failure from the run's)."""
+    lines = []
+    for clause, _, audited, _ in rows:
+        failed = next((r for r in results if clause in r["clauses"]
+                       and r["outcome"] in ("fail", "error")), None)
+        if audited == "fail" and failed is not None:
+            first = next((line.strip() for line in str(failed.get("message", "")).splitlines()
+                          if line.strip()), "no message")
+            lines.append(f"{clause}: {usage.printable(failed['test'])}: "
+                         f"{usage.printable(first, 300)}")
+    return lines
+
+
 def table(rows: list[tuple[str, str, str, int]]) -> str:
     """The differing clauses as a plain-text table."""
     head = ("clause", "certificate", "audit", "tests run")
@@ -119,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     listed = len(cert["clauses"])
     if rows:
         print(table(rows))
+        for line in why(rows, results):
+            print(f"  {line}")
         print(f"mhaspec audit: {len(rows)} of {listed} clauses differ from the certificate "
               f"({len(results)} tests run, seed {seed})")
         return 1
