@@ -88,19 +88,25 @@ def test_a_seed_with_the_fixed_inputs_of_ci_is_refused(work):
     assert "fixed inputs (ci profile)" in (work / "certs" / "shifting.md").read_text("utf-8")
 
 
-@pytest.mark.parametrize("ref, stem, when", [
-    ("EDITS_AND_RESTORES", "edits-and-restores", "found after collection"),
-    ("EDITS_THE_JUDGE", "edits-the-judge", "found after collection"),
-    ("EDITS_DURING_THE_RUN", "edits-during-the-run", "found after the run")])
-def test_an_edit_of_the_installed_judge_fails_certify_loudly(work, ref, stem, when):
+@pytest.mark.parametrize("workers, ref, stem, when", [
+    ("1", "EDITS_AND_RESTORES", "edits-and-restores", "found after collection"),
+    ("1", "EDITS_THE_JUDGE", "edits-the-judge", "found after collection"),
+    ("1", "EDITS_DURING_THE_RUN", "edits-during-the-run", "found after the run"),
+    ("2", "EDITS_AND_RESTORES", "edits-and-restores", "found after collection, in a worker"),
+    ("2", "EDITS_THE_JUDGE", "edits-the-judge", "found after collection, in a worker"),
+    ("2", "EDITS_DURING_THE_RUN", "edits-during-the-run", "found after the run")])
+def test_an_edit_of_the_installed_judge_fails_certify_loudly(work, workers, ref, stem, when):
     """Old: the backend's process edited the installed ``conformance/results.py`` before the judge
     imported it (after the claims) and restored it during the run: every outcome a pass, a
     "conforms" with no trace (issue 36, attack 1). Now every judge module is imported and every
     judge file hashed before the backend starts; no backend process runs while pytest collects,
     so an edit made at the start is still there after collection, and one made during the run is
-    there after it: a one-line error naming the file, and no certificate."""
+    there after it: a one-line error naming the file, and no certificate. With two workers
+    (``--workers 2``) the edit made when the claims are read is in the code a worker loaded: its
+    hashes at the end of its collection differ from certify's (restoring it later changes
+    nothing)."""
     site = installed_copy(work / ".venv" / "site")
-    proc = certify(work, ref, "--", *HEADS_ONLY, path=site)
+    proc = certify(work, ref, "--workers", workers, "--", *HEADS_ONLY, path=site)
     assert proc.returncode == 2, output(proc)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "changed while the backend ran" in lines[0], output(proc)

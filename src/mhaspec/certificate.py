@@ -332,6 +332,16 @@ def check_clause(clause: dict, backend: dict, cells: set[str]) -> None:
                                f"declares no deviation of {cid} nor a behaviour that shows in it")
 
 
+def process_details(run: dict) -> str:
+    """``", one in each of 2 judging workers, interpreter ..."``: what a certificate's ``run`` says
+    of the backend's processes beyond "its own" (empty for one judging process and no
+    interpreter recorded)."""
+    workers = run.get("workers", 1)
+    details = "" if workers == 1 else f", one in each of {workers} judging workers"
+    python = run.get("backend_interpreter")
+    return details + ("" if python is None else f", interpreter {python}")
+
+
 def backend_process(cert: dict) -> str:
     """Where the certified backend ran, as a line; :class:`CertificateError` for a certificate
     that says it ran inside the judging process (``mhaspec certify`` issues none such)."""
@@ -344,11 +354,7 @@ def backend_process(cert: dict) -> str:
         return ("backend process: not recorded (issued before the sealed path: the backend ran "
                 "inside the judging process)")
     startup = run.get("startup_code")
-    workers = run.get("workers", 1)
-    each = "" if workers == 1 else f", one in each of {workers} judging worker processes"
-    python = run.get("backend_interpreter")
-    each += "" if python is None else f", interpreter {python}"
-    return (f"backend process: its own{each}, sealed from the judge (restarted "
+    return (f"backend process: its own{process_details(run)}, sealed from the judge (restarted "
             f"{run.get('backend_restarts', 0)} times after a hang or a crash); "
             f"{run.get('sandbox', 'sandbox not recorded')}"
             + ("" if startup is None else f"; start-up code in the judging process: "

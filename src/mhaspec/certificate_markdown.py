@@ -45,11 +45,8 @@ def process_row(run: dict) -> list[str]:
     """The Markdown row saying where the backend ran (none for a certificate that does not say)."""
     if run.get("backend_process") != "sealed":
         return []
-    workers = run.get("workers", 1)
-    each = "" if workers == 1 else f" (one in each of {workers} judging workers)"
-    python = run.get("backend_interpreter")
-    each += "" if python is None else f", interpreter {md_text(python)}"
-    return [f"| backend process | its own{each}, sealed from the judge; restarted "
+    return [f"| backend process | its own{md_text(certificate.process_details(run))}, sealed from "
+            f"the judge; restarted "
             f"{run.get('backend_restarts', 0)} times |"]
 
 

@@ -297,11 +297,17 @@ def sealed_with_claims(ref: str, claims: dict, *, call_timeout: float | None,
     """The backend ``ref`` with ``claims`` already read and frozen elsewhere (as the first message
     of its process sent them to :func:`open_sealed`): checked and frozen again here, and its
     process started at its first call, not now. :class:`SealedError` when the claims are wrong."""
+    return SealedBackend(BackendProcess(ref, sandbox=sandbox, python=python),
+                         frozen_claims(ref, claims), call_timeout)
+
+
+def frozen_claims(ref: str, claims) -> claims_module.Claims:
+    """``claims`` as sent by the backend's process, checked and frozen; :class:`SealedError` (one
+    line) when they have the wrong type."""
     try:
-        frozen = claims_module.checked(claims)
+        return claims_module.checked(claims)
     except (claims_module.ClaimError, AttributeError, TypeError) as exc:
         raise SealedError(f"backend {ref!r}: {exc}") from None
-    return SealedBackend(BackendProcess(ref, sandbox=sandbox, python=python), frozen, call_timeout)
 
 
 def host_problem(first: dict) -> str | None:
@@ -331,13 +337,11 @@ def open_sealed(ref: str, *, call_timeout: float | None, sandbox: bool = False,
     if "claims" not in first:
         process.stop()
         raise SealedError(str(first.get("load_error", f"backend {ref!r} failed to load: {first}")))
-    problem = host_problem(first)
-    if problem:
-        process.stop()
-        raise SealedError(problem)
     try:
-        frozen = claims_module.checked(first["claims"])
-    except (claims_module.ClaimError, AttributeError, TypeError) as exc:
+        problem = host_problem(first)
+        if problem:
+            raise SealedError(problem)
+        return SealedBackend(process, frozen_claims(ref, first["claims"]), call_timeout)
+    except SealedError:
         process.stop()
-        raise SealedError(f"backend {ref!r}: {exc}") from None
-    return SealedBackend(process, frozen, call_timeout)
+        raise
