@@ -47,11 +47,23 @@ def clear_oracle_cache() -> None:
     _cached_oracle.cache_clear()
 
 
-def _run_oracle(case: Case, op: str, precision: str, **overrides) -> Result:
+def oracle_info(case: Case, op: str) -> dict:
+    """What the float64 oracle records of ``case`` beside its result (:func:`oracle.note_head`):
+    ``logit_condition`` (NUM-3) and ``largest_logit`` (NUM-4)."""
+    info: dict = {}
+    _run_oracle(case, op, "float64", info=info)
+    return info
+
+
+def _run_oracle(case: Case, op: str, precision: str, info: dict | None = None, **overrides) -> Result:
     """The oracle's result; NUM-3's condition only for the float64 oracle (the judge reads none
-    of a naive run's, :class:`Result`), so a naive run does not compute it."""
+    of a naive run's, :class:`Result`), so a naive run does not compute it. ``info``: a dict the
+    float64 oracle fills (:func:`oracle_info`)."""
     kw = {**case.call_kwargs(), **overrides}
-    info: dict | None = {} if precision == "float64" else None
+    if precision != "float64":
+        info = None
+    elif info is None:
+        info = {}
     if kw.get("sinks") is not None:  # spec 1.3: attention sinks (SINK-1), sdpa only
         return _oracle_with_sinks(case, precision, kw)
     if kw.pop("lse", False) or any(kw.get(name) is not None for name in oracle.FEATURES):

@@ -134,6 +134,17 @@ def logit_condition(weights: np.ndarray, logits: np.ndarray) -> float:
     return float(np.max(np.sum(terms, axis=-1), initial=0.0))
 
 
+def note_head(info: dict | None, weights: np.ndarray, logits: np.ndarray) -> None:
+    """Record in ``info`` (None: nothing) the largest over heads of ``logit_condition`` (NUM-3's
+    softmax condition) and of ``largest_logit``, max |S_ij| over a head's finite logits, masked
+    keys included (NUM-4's magnitude)."""
+    if info is None:
+        return
+    info["logit_condition"] = max(info.get("logit_condition", 0.0), logit_condition(weights, logits))
+    finite = np.abs(logits[np.isfinite(logits)])
+    info["largest_logit"] = max(info.get("largest_logit", 0.0), float(np.max(finite, initial=0.0)))
+
+
 def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_mask=None,
               causal=None, scale=None, precision: str = "float64", info: dict | None = None,
               **features):
@@ -141,7 +152,7 @@ def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_ma
 
     q (B, h, L_q, d_k), k (B, h, L_k, d_k), v (B, h, L_k, d_v)
     -> (output (B, h, L_q, d_v), weights (B, h, L_q, L_k)), both in the working precision's dtype.
-    ``info``, when given, receives ``logit_condition`` (the largest over heads, see NUM-3).
+    ``info``, when given, receives ``logit_condition`` and ``largest_logit`` (:func:`note_head`).
 
     ``features`` are the keyword arguments of spec 1.2 (:data:`FEATURES`: grouped k/v heads,
     ``softcap``, ``window``, ``alignment``, ``alibi_slopes``, segment ids and sequence lengths,
@@ -172,9 +183,7 @@ def attention(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_padding_ma
             out[bi, hi], weights[bi, hi], logits = _one_head(
                 q[bi, hi], k[bi, hi], v[bi, hi], allowed[bi, hi],
                 [t[bi, hi] for t in additive], scale, ar)
-            if info is not None:
-                info["logit_condition"] = max(info.get("logit_condition", 0.0),
-                                              logit_condition(weights[bi, hi], logits))
+            note_head(info, weights[bi, hi], logits)
     return out, weights
 
 
@@ -439,9 +448,7 @@ def attention_result(q, k, v, *, mask=None, bias=None, legacy_mask=None, key_pad
             out[bi, hi], weights[bi, hi], logits, lse[bi, hi] = _capped_head(
                 q[bi, hi], k_all[bi, kv], v_all[bi, kv], allowed[bi, hi],
                 [t[bi, hi] for t in additive], scale, softcap, ar)
-            if info is not None:
-                info["logit_condition"] = max(info.get("logit_condition", 0.0),
-                                              logit_condition(weights[bi, hi], logits))
+            note_head(info, weights[bi, hi], logits)
     if past_lengths is None:
         return AttentionResult(out, weights, lse, None, None, None)
     return AttentionResult(out, weights, lse, k_all, v_all, past_lengths + np.shape(k)[2])
