@@ -18,6 +18,9 @@ clause and never surfaces as a failure of another one.
   the dk and dv of the keys its batch item and key/value head share with it, which the checks
   of the other gradient clauses leave unjudged (``vjp.gradients_left_to_grad7``): a backward
   pass that puts NaN there (the backward of a NaN row) is GRAD-7's deviation.
+* :data:`EMPTY_ROW_MHA_GRADIENTS` (GRAD-2): the same for the multi-head gradients (``mha_vjp``):
+  every input gradient of such a row's batch item and every parameter's gradient, which the
+  projections mix from every row (``test_grad.gradients_left_to_grad2``).
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ EMPTY_ROWS = "empty rows"
 #: the gradients those rows reach: their dq rows, and dk and dv of their batch item and key/value
 #: head
 EMPTY_ROW_GRADIENTS = "empty rows' gradients"
+#: the multi-head gradients those rows reach: their batch item's input gradients and every
+#: parameter's
+EMPTY_ROW_MHA_GRADIENTS = "empty rows' multi-head gradients"
 #: the projections' biases b_q, b_k, b_v, b_o (a case's ``use_bias``)
 PROJECTION_BIASES = "projection biases"
 #: what a case keeps whatever is declared (its rows cannot be taken out of it)
-UNWITHHELD = (EMPTY_ROWS, EMPTY_ROW_GRADIENTS)
+UNWITHHELD = (EMPTY_ROWS, EMPTY_ROW_GRADIENTS, EMPTY_ROW_MHA_GRADIENTS)
 
 #: clause -> the capability (or :data:`EMPTY_ROWS`) it alone judges where a cell deviates from it
 GOVERNS: dict[str, str] = {
@@ -41,6 +47,7 @@ GOVERNS: dict[str, str] = {
     "MASK-2": "bias",
     "MASK-3": "legacy_mask",
     "MASK-9": EMPTY_ROWS,
+    "GRAD-2": EMPTY_ROW_MHA_GRADIENTS,
     "GRAD-7": EMPTY_ROW_GRADIENTS,
     "GQA-1": "gqa",
     "SOFTCAP-1": "softcap",

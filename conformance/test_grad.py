@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mhaspec.conformance import covering, harness, tolerance, vjp
+from mhaspec.conformance import covering, governed, harness, tolerance, vjp
 from mhaspec.conformance.strategies import case_specs
 from mhaspec.spec import oracle
 from mhaspec.spec.oracle_grad import mha_vjp as oracle_vjp
@@ -39,8 +39,9 @@ def rows_left_to_mask9(cell, case) -> np.ndarray | None:
     :func:`harness.rows_left_to_mask9`), else None. GRAD-1's cotangent is 0 on them, as
     attention_vjp's is (:func:`vjp.rows_left_to_mask9`): what the op computes there (the mean of
     V, say) is the declared deviation, which W_o mixes into the whole output row, and the other
-    rows' gradients are judged without it; a NaN there still reaches every gradient. GRAD-2,
-    which judges the gradients of such rows, keeps their cotangent."""
+    rows' gradients are judged without it (a NaN there still reaches every gradient: where it
+    goes, :func:`gradients_left_to_grad2`). GRAD-2, which judges the gradients of such rows,
+    keeps their cotangent."""
     empty = harness.rows_left_to_mask9(cell, "mha", harness.oracle_result(case, "mha"))
     return None if empty is None else empty.any(axis=1)
 
@@ -69,14 +70,38 @@ def grad_scale(want: dict, info: dict) -> float:
     return largest * max(1.0, info["max_abs_logit"])
 
 
+def gradients_left_to_grad2(cell, case, clause: str) -> dict[str, np.ndarray]:
+    """Where the gradients of the case's rows without an allowed key reach, when the cell
+    declares GRAD-2 (:data:`.governed.EMPTY_ROW_MHA_GRADIENTS`) and ``clause``, the one judged, is
+    another: gradient name -> a boolean mask broadcasting to it, every input gradient of their
+    batch items (B, 1, 1) and every parameter's gradient (the projections mix every row). A NaN
+    such a row computes (MASK-9) reaches all of them however its cotangent is chosen, and is
+    GRAD-2's deviation, not GRAD-1's. {} otherwise."""
+    empty = harness.rows_left_to_mask9(cell, "mha", harness.oracle_result(case, "mha"), clause,
+                                       subject=governed.EMPTY_ROW_MHA_GRADIENTS)
+    if empty is None:
+        return {}
+    items = empty.any(axis=(1, 2))[:, None, None]
+    params = {name: np.ones((1,) * np.ndim(p), dtype=bool)
+              for name, p in case.params._asdict().items() if p is not None}
+    return {"query": items, "key": items, "value": items, **params}
+
+
 def expect_oracle_grads(cell, case, got: dict, clause: str, cot: np.ndarray | None = None) -> None:
-    """Every gradient agrees with the analytic one under the NUM-3 rule (GRAD-1); ``cot``: the
-    cotangent ``got`` was computed with (None: :func:`cotangent` of the case)."""
+    """Every gradient agrees with the analytic one under the NUM-3 rule (GRAD-1), but those
+    :func:`gradients_left_to_grad2` leaves unjudged; ``cot``: the cotangent ``got`` was computed
+    with (None: :func:`cotangent` of the case)."""
     cot = cotangent(case) if cot is None else cot
     info = {}
     want = oracle_grads(case, cot, info=info)
     naive = oracle_grads(case, cot, tolerance.naive_precision(cell.dtype))
-    vjp.judge_gradients(cell, clause, got, want, naive, grad_scale(want, info),
+    scale = grad_scale(want, info)
+    got, want, naive = dict(got), dict(want), dict(naive)
+    for name, where in gradients_left_to_grad2(cell, case, clause).items():
+        if name in got and name in want:
+            got[name], want[name], naive[name] = harness.unjudged(
+                [got[name], want[name], naive[name]], where)
+    vjp.judge_gradients(cell, clause, got, want, naive, scale,
                         harness.reproducer(cell, "mha", case.spec))
 
 
