@@ -25,7 +25,7 @@ pytestmark = pytest.mark.requires("grad")
 
 def cotangent(case, left_out: np.ndarray | None = None) -> np.ndarray:
     """The fixed cotangent of ``case``: standard normal (B, L_q, d_out) from its seed, 0 on the
-    output rows ``left_out`` (B, L_q) (:func:`rows_left_to_mask9`; None: none)."""
+    output rows ``left_out`` (B, L_q) (:func:`output_rows_left_to_mask9`; None: none)."""
     s = case.spec
     cot = np.random.default_rng([s.seed, 7]).standard_normal((s.batch, s.len_q, s.d_out))
     if left_out is not None:
@@ -33,7 +33,7 @@ def cotangent(case, left_out: np.ndarray | None = None) -> np.ndarray:
     return cot
 
 
-def rows_left_to_mask9(cell, case) -> np.ndarray | None:
+def output_rows_left_to_mask9(cell, case) -> np.ndarray | None:
     """The output rows (B, L_q) of ``case`` holding a query row without an allowed key in some
     head, where the cell leaves such rows to MASK-9's verdict (it declares a deviation there:
     :func:`harness.rows_left_to_mask9`), else None. GRAD-1's cotangent is 0 on them, as
@@ -111,7 +111,7 @@ def expect_oracle_grads(cell, case, got: dict, clause: str, cot: np.ndarray | No
                        custom_scale=True))
 def test_gradients_agree_with_the_analytic_gradient(cell, spec):
     case = cell.case(spec)
-    cot = cotangent(case, rows_left_to_mask9(cell, case))
+    cot = cotangent(case, output_rows_left_to_mask9(cell, case))
     expect_oracle_grads(cell, case, backend_grads(cell, case, cot), "GRAD-1", cot)
 
 

@@ -36,7 +36,7 @@ def _judge(impl, case, cot, clause):
 def test_grad1_leaves_an_emptied_row_to_mask9_and_grad2(name):
     impl = _cell(name)
     case = impl.case(EMPTIED_ROW)
-    left = test_grad.rows_left_to_mask9(impl, case)
+    left = test_grad.output_rows_left_to_mask9(impl, case)
     assert left is not None and left.tolist() == [[True, False]]
     _judge(impl, case, test_grad.cotangent(case, left), "GRAD-1")
     with pytest.raises(AssertionError, match=r"\[GRAD-2\].*gradient of"):  # its declared clause
@@ -52,7 +52,7 @@ def test_jax_dpa_with_the_rows_cotangent_and_no_grad2_fails_grad1():
     mask9_only = Cell(type(impl.backend)("jax-dpa-mask9-only"), "cpu", "float32")
     mask9_only.backend.deviations = declared
     case = mask9_only.case(EMPTIED_ROW)
-    _judge(mask9_only, case, test_grad.cotangent(case, test_grad.rows_left_to_mask9(mask9_only, case)),
-           "GRAD-1")
+    left = test_grad.output_rows_left_to_mask9(mask9_only, case)
+    _judge(mask9_only, case, test_grad.cotangent(case, left), "GRAD-1")
     with pytest.raises(AssertionError, match=r"\[GRAD-1\].*gradient of"):
         _judge(mask9_only, case, test_grad.cotangent(case), "GRAD-1")

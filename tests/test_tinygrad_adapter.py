@@ -85,7 +85,8 @@ def test_large_bfloat16_logits_give_a_nan_row_with_tinygrad_alone():
     def bf16(values):
         return Tensor(np.array(values, np.float32).reshape(1, 1, -1, 1)).cast(dtypes.bfloat16)
 
-    queries, k, v = np.array([266, -19, -58.5, 137, 111.5]), bf16([29.75, -27, 169, 138, 95]), bf16([1.0] * 5)
+    queries = np.array([266, -19, -58.5, 137, 111.5])
+    k, v = bf16([29.75, -27, 169, 138, 95]), bf16([1.0] * 5)
     with Context(EMULATED_DTYPES="bfloat16"):
         out = bf16(queries).scaled_dot_product_attention(k, v).cast(dtypes.float32).numpy().ravel()
         within = bf16(queries * 0.22).scaled_dot_product_attention(k, v)  # logits up to 9,890
