@@ -111,11 +111,13 @@ def tests(session: nox.Session) -> None:
     """The project's own tests (pytest on tests/), every framework and extra installed.
 
     One pytest-xdist worker per core (``-- -n 0`` for one process). With the Flax, Hugging Face,
-    MLX and tinygrad extras and the citation validator (native-op adapters, JAX
+    MLX, tinygrad and Dask extras and the citation validator (native-op adapters, JAX
     compile budget, oracle vs mpmath, spec data, CITATION.cff, broken backends rejected); GPU tests
     skip without a GPU, the browser check without Chromium (the ``docs_browser`` session requires
     it)."""
-    install(session, *FRAMEWORKS, *ECOSYSTEM, groups=("test", "docs", "bench"))
+    # dask: the sharded soak on a Dask LocalCluster against the same shards one after another
+    # (tests/test_soak_shards.py; skipped without it)
+    install(session, *FRAMEWORKS, *ECOSYSTEM, "dask", groups=("test", "docs", "bench"))
     if sys.platform == "linux" and platform.machine() == "x86_64":
         # vLLM's CPU kernels (tests/test_vllm_adapter.py): the wheel pins its whole serving stack,
         # and the kernels need none of it but the torch installed above (loaded through

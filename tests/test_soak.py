@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 import sys
 
-from mhaspec import soak
+from mhaspec import soak, soak_shards
 
 HERE = pathlib.Path(__file__).parent
 
@@ -44,6 +44,10 @@ def test_soak_runs_rounds_until_every_cell_reaches_the_target(tmp_path):
     examples, calls = (sum(c[f] for c in cells.values()) for f in ("examples", "calls"))
     assert (f"**{examples:,} Hypothesis examples, {calls:,} backend calls, 0 failures**"
             in soak.markdown(summary))
+    # which code ran, on the console when the soak starts and in the table's header
+    suite = soak_shards.suite_text(summary["suite"])
+    assert suite.startswith("mhaspec ") and "files SHA-256 " in suite
+    assert f"soak: suite {suite}\n" in proc.stdout and f"Suite: {suite}." in soak.markdown(summary)
 
 
 def test_soak_reports_a_wrong_backend_with_its_seed_and_exit_status_1(tmp_path):

@@ -248,7 +248,9 @@ def markdown(summary: dict) -> str:
              f"{summary.get('shapes', 'free')}, target {target:,} examples per "
              f"backend x dtype" + (f" ({', '.join(sorted(lower))})" if lower else "") + "): "
              f"**{examples:,} Hypothesis examples, {total:,} backend calls, "
-             f"{len(summary['failures'])} failures**.",
+             f"{len(summary['failures'])} failures**."
+             + (f" Suite: {soak_shards.suite_text(summary['suite'])}." if summary.get("suite")
+                else ""),
              ""]
     chapters = summary.get("chapters")
     if chapters:
@@ -444,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                    "spec_version": SPEC_VERSION, "chapters": testable_chapters(),
                    "base_seed": base_seed, "shard": list(args.shard) if args.shard else None,
                    "suite": soak_shards.suite_identity()}
+    print(f"soak: suite {soak_shards.suite_text(summary.get('suite'))}", flush=True)
     index = max((r["round"] for r in summary["rounds"]), default=0)
     remaining = [b for b in (list(args.backend) or sorted(registered_backends()))
                  if b not in summary.get("unavailable", []) and _examples(summary, b) < args.examples]

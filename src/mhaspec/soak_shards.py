@@ -59,7 +59,9 @@ def _seeds(summary: dict) -> set[int]:
     return {r["seed"] for r in summary["rounds"] if "seed" in r}
 
 
-def _suite_text(suite: dict | None) -> str:
+def suite_text(suite: dict | None) -> str:
+    """``"mhaspec 1.4.0, commit 0123456789ab, files SHA-256 d3ab5121c1d5"`` (a summary's
+    ``suite``, :func:`suite_identity`): which code a soak ran, in one phrase."""
     if not suite:
         return "no suite recorded"
     commit = f"commit {suite['git_commit'][:12]}, " if suite.get("git_commit") else ""
@@ -75,7 +77,7 @@ def check_mergeable(summaries: list[dict], names: list[str]) -> None:
         if s.get("suite") != first_suite:
             raise usage.UsageError(
                 f"--merge: {names[0]} and {name} are soaks of different suites "
-                f"({_suite_text(first_suite)} vs {_suite_text(s.get('suite'))})")
+                f"({suite_text(first_suite)} vs {suite_text(s.get('suite'))})")
     for a in range(len(summaries)):
         for b in range(a + 1, len(summaries)):
             sa, sb = summaries[a], summaries[b]
