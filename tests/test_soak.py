@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 
 from mhaspec import soak, soak_shards
 
@@ -125,3 +127,37 @@ def test_merge_of_soaks_run_one_after_another_adds_their_times_and_keeps_each_ta
     again = soak.merge([merged, one("k", 20_000, 25, 20_500, 10.0)], one_after_another=True)
     assert again["examples_per_test"] == [25, 50, 200] and again["elapsed_s"] == 140.0
     assert [c["examples"] for c in again["by_backend_dtype"].values()] == [21_000, 4_000, 20_500]
+
+
+def test_sigterm_stops_a_background_soak_as_ctrl_c_does(tmp_path):
+    """A soak started with SIGINT ignored (``nohup``, ``&`` in a script) stops on SIGTERM: its
+    running round is interrupted, what ran is kept, the summary written, no round left behind."""
+    out = tmp_path / "soak"
+    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    proc = subprocess.Popen([sys.executable, "-m", "mhaspec.soak", "--output-dir", str(out),
+                             "--backend", "numpy-batched", "--dtypes", "float64", "--seconds",
+                             "600", "--examples", "1000000", "--per-test", "100", "--seed", "3"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, preexec_fn=ignore_sigint)
+    assert proc.stdout.readline().startswith("soak: suite mhaspec ")
+    assert proc.stdout.readline().startswith("soak round 1: numpy-batched")
+    log = out / "round-001.log"
+    deadline = time.monotonic() + 120
+    while b"tests" not in (log.read_bytes() if log.exists() else b"") and time.monotonic() < deadline:
+        time.sleep(0.2)  # the round's pytest has started running tests
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, rest[-2000:]
+    assert "soak: interrupted; collecting the running rounds' results" in rest
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] and [r["interrupted"] for r in summary["rounds"]] == [True]
+    report = str(out / "round-001.json")
+    left = [p for p in pathlib.Path("/proc").glob("[0-9]*") if _cmdline_has(p, report)]
+    assert not left, "the interrupted round is still running"
+
+
+def _cmdline_has(proc_dir: pathlib.Path, text: str) -> bool:
+    try:
+        return text in (proc_dir / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False

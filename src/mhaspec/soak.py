@@ -17,7 +17,8 @@ hundreds; values, masks, bias, scales and seeds stay random), or from the free m
 ``MHASPEC_SOAK_SECONDS``, default 3600) or every backend x dtype has made the target number of
 Hypothesis examples (``--examples``, env ``MHASPEC_SOAK_EXAMPLES``, default 20000); a backend that has
 reached it leaves the later rounds, and a round still running when the budget ends is interrupted
-(SIGINT), keeping the results it has so far. After every round ``results/soak/summary.json`` is
+(SIGINT), keeping the results it has so far; Ctrl-C or SIGTERM (``kill``: a soak started in the
+background ignores SIGINT) stop the soak the same way. After every round ``results/soak/summary.json`` is
 rewritten: per backend x dtype the Hypothesis examples run and the backend calls made (the
 report's ``examples`` and ``calls`` per result), tests run, the spec chapters whose tests ran and
 failures, and every failure with its seed and message (which carries the reproducer). Exit status
@@ -43,6 +44,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from mhaspec import generated, runner, soak_shards, usage
@@ -122,6 +124,18 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (``kill PID``, a cancelled CI job) stops the soak as Ctrl-C does: no new round, the
+    running rounds interrupted with their results kept, the summary written. A soak started in
+    the background (``nohup``, ``&`` in a script) ignores SIGINT, so this is how it is stopped."""
+    if os.name == "posix" and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 class _Round:
@@ -418,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.output_dir / "summary.md").write_text(markdown(summary), "utf-8")
         print(_table(summary))
         return 1 if summary["failures"] else 0
+    _interrupt_on_sigterm()
     rng = random.Random(soak_shards.shard_seed(base_seed, *args.shard) if args.shard else base_seed)
     start = time.monotonic()
     deadline = start + args.seconds
