@@ -131,11 +131,7 @@ def _interrupt_on_sigterm() -> None:
     running rounds interrupted with their results kept, the summary written. A soak started in
     the background (``nohup``, ``&`` in a script) ignores SIGINT, so this is how it is stopped."""
     if os.name == "posix" and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
 
 
 class _Round:
